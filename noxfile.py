@@ -1,0 +1,174 @@
+"""Test sessions for the Composer workspace.
+
+Every package is tested in an environment of its own that holds only that package,
+what it declares, and its `test` dependency group, all at the versions in `uv.lock`.
+That is what catches a package importing something it does not declare.
+
+    uv run nox                         # everything below
+    uv run nox -s tests                # every package on the primary Python
+    uv run nox -s "tests(package='composer-model')"
+    uv run nox -s matrix               # every package on every other Python found here
+    uv run nox -s kernels_alone lint typecheck
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
+PRIMARY_PYTHON = "3.11"
+# Every CPython from 3.11 up that we know of; the ones not on this machine are skipped.
+CANDIDATE_PYTHONS = ["3.11", "3.12", "3.13", "3.14"]
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = False
+nox.options.sessions = ["lint", "typecheck", "kernels_alone", "tests", "matrix"]
+
+# Never let uv fetch an interpreter from the network: a missing Python is skipped.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _find_python(version: str) -> Path | None:
+    """The interpreter for `version` on this machine, without downloading one.
+
+    pyenv's shims answer only for the selected version, so its install folders are
+    searched directly as well.
+    """
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    for candidate in sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}")):
+        return candidate
+    result = subprocess.run(
+        ["uv", "python", "find", "--no-python-downloads", version],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode == 0 and result.stdout.strip():
+        return Path(result.stdout.strip())
+    return None
+
+
+FOUND_PYTHONS = {v: p for v in CANDIDATE_PYTHONS if (p := _find_python(v)) is not None}
+# Put the real interpreters ahead of any shims, so that nox and uv pick them up.
+os.environ["PATH"] = os.pathsep.join(
+    [*(str(p.parent) for p in FOUND_PYTHONS.values()), os.environ.get("PATH", "")]
+)
+
+
+def _sync(session: nox.Session, *args: str) -> None:
+    """Install from the lock into this session's virtualenv (and nothing else)."""
+    env = {"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}
+    session.run_install(
+        "uv",
+        "sync",
+        "--frozen",
+        "--exact",
+        "--no-default-groups",
+        f"--python={Path(session.virtualenv.location) / 'bin' / 'python'}",
+        *args,
+        env=env,
+        external=True,
+    )
+
+
+def _run_package_tests(session: nox.Session, package: str, *pytest_args: str) -> None:
+    _sync(session, f"--package={package}", "--group=test")
+    session.chdir(ROOT / "packages" / package)
+    # Exit code 5 (no tests collected) is a failure: nox fails on any non-zero status.
+    session.run("python", "-m", "pytest", *pytest_args, *session.posargs)
+
+
+@nox.session(python=PRIMARY_PYTHON)
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's whole test suite, alone in a fresh environment."""
+    _run_package_tests(session, package)
+
+
+@nox.session(python=[v for v in CANDIDATE_PYTHONS if v != PRIMARY_PYTHON])
+@nox.parametrize("package", PACKAGES)
+def matrix(session: nox.Session, package: str) -> None:
+    """One package's tests on another Python version (the slow ones run in `tests`)."""
+    if str(session.python) not in FOUND_PYTHONS:
+        session.skip(f"Python {session.python} is not installed on this machine")
+    _run_package_tests(session, package, "-m", "not slow")
+
+
+@nox.session(python=PRIMARY_PYTHON)
+def kernels_alone(session: nox.Session) -> None:
+    """Build the composer-kernels wheel and test it next to torch and nothing else."""
+    dist = Path(session.create_tmp()).resolve() / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run(
+        "uv",
+        "build",
+        "--package",
+        "composer-kernels",
+        "--wheel",
+        "--out-dir",
+        str(dist),
+        external=True,
+    )
+    requirements = dist / "requirements.txt"
+    session.run(
+        "uv",
+        "export",
+        "--frozen",
+        "--package",
+        "composer-kernels",
+        "--group",
+        "test",
+        "--no-emit-workspace",
+        "--no-hashes",
+        "--no-header",
+        "-o",
+        str(requirements),
+        external=True,
+        silent=True,
+    )
+    wheel = next(dist.glob("composer_kernels-*.whl"))
+    session.install("--reinstall", "-r", str(requirements), str(wheel))
+    tests_copy = Path(session.create_tmp()).resolve() / "kernels-tests"
+    shutil.rmtree(tests_copy, ignore_errors=True)
+    shutil.copytree(ROOT / "packages" / "composer-kernels" / "tests", tests_copy)
+    session.chdir(tests_copy)
+    # Prove the tests ran against the wheel, not the source tree.
+    session.run(
+        "python",
+        "-c",
+        "import composer_kernels, sys; p = composer_kernels.__file__; print(p); "
+        "sys.exit('site-packages' not in p)",
+    )
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tests_copy),
+        *session.posargs,
+    )
+
+
+@nox.session(python=PRIMARY_PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole workspace."""
+    _sync(session, "--only-group=dev", "--no-install-workspace")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PRIMARY_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy over the source of every package, with all of them installed."""
+    _sync(session, "--all-packages", "--group=dev")
+    sources = [str(ROOT / "packages" / p / "src") for p in PACKAGES]
+    session.run("mypy", *sources)

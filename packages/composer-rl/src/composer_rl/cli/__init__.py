@@ -1,0 +1,50 @@
+"""The `composer-rl` command.
+
+Each subcommand lives in its own module under `composer_rl.cli` and exposes
+`register(subparsers)`, so stages, plugins and evaluation grow without touching
+each other. `main` is the console-script entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from composer_rl import __version__
+
+
+def _command_modules() -> list[str]:
+    """Every module in this package: each adds one subcommand (or a group of them)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="composer-rl",
+        description=(
+            "Composer: continued pretraining with multi-token prediction and asynchronous RL "
+            "for agentic coding models. With no subcommand, runs the default pipeline."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in _command_modules():
+        importlib.import_module(f"composer_rl.cli.{module_name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    return int(handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
