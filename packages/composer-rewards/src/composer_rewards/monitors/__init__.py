@@ -1,0 +1,1 @@
+"""The built-in behaviour monitors: metrics and flags, never reward."""
