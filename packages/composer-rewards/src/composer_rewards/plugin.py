@@ -32,9 +32,12 @@ class ConfiguredPlugin(Generic[SettingsT]):
         try:
             self.settings = self.settings_type.model_validate(section)  # type: ignore[assignment]
         except ValidationError as error:
-            raise ValueError(
-                f"invalid configuration in section {self.kind}.{self.name}: {error}"
-            ) from error
+            problems = "; ".join(
+                f"{'.'.join([self.kind, self.name, *map(str, e['loc'])])}: {e['msg']}"
+                f" (got {e['input']!r})"
+                for e in error.errors()
+            )
+            raise ValueError(f"invalid plugin configuration: {problems}") from error
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings!r})"
