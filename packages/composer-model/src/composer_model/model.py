@@ -129,7 +129,9 @@ class ComposerModel(nn.Module):
         Call once per optimiser step. `reduce` (e.g. an all-reduce over data-parallel ranks)
         sees the stacked per-layer token counts before they are used.
         """
-        layers = self.moe_layers + [m.layer.mlp for m in self.mtp_modules if isinstance(m.layer.mlp, MoE)]
+        layers = self.moe_layers + [
+            m.layer.mlp for m in self.mtp_modules if isinstance(m.layer.mlp, MoE)
+        ]
         if not layers:
             return torch.zeros(0)
         loads = torch.stack([layer.gate.tokens_per_expert for layer in layers])
