@@ -3,13 +3,16 @@
 from composer_model.checkpoint import CheckpointError, load_pretrained, save_pretrained
 from composer_model.config import PRESETS, ModelConfig, YarnScaling, preset
 from composer_model.model import ComposerModel, ModelOutput
+from composer_model.tokenizer import SPECIAL_TOKENS, ComposerTokenizer, train_tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "SPECIAL_TOKENS",
     "CheckpointError",
     "ComposerModel",
+    "ComposerTokenizer",
     "ModelConfig",
     "ModelOutput",
     "YarnScaling",
@@ -17,4 +20,5 @@ __all__ = [
     "load_pretrained",
     "preset",
     "save_pretrained",
+    "train_tokenizer",
 ]
