@@ -78,5 +78,5 @@ def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         ComposerTokenizer.from_file(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not a valid HF tokenizer.json"):
+    with pytest.raises(ValueError, match=r"not a valid HF tokenizer\.json"):
         ComposerTokenizer.from_file(tmp_path / "bad.json")
