@@ -2,6 +2,7 @@
 
 from composer_model.checkpoint import CheckpointError, load_pretrained, save_pretrained
 from composer_model.config import PRESETS, ModelConfig, YarnScaling, preset
+from composer_model.engine import GenerationResult, InferenceEngine, SamplingParams
 from composer_model.model import ComposerModel, ModelOutput
 from composer_model.tokenizer import SPECIAL_TOKENS, ComposerTokenizer, train_tokenizer
 
@@ -13,8 +14,11 @@ __all__ = [
     "CheckpointError",
     "ComposerModel",
     "ComposerTokenizer",
+    "GenerationResult",
+    "InferenceEngine",
     "ModelConfig",
     "ModelOutput",
+    "SamplingParams",
     "YarnScaling",
     "__version__",
     "load_pretrained",
