@@ -1,0 +1,71 @@
+"""Low-precision number formats: element codecs, MXFP8, NVFP4, FP4 packing."""
+
+from composer_kernels.formats.elements import (
+    E2M1,
+    E4M3,
+    E5M2,
+    ElementFormat,
+    decode,
+    decode_e2m1,
+    decode_e4m3,
+    decode_e5m2,
+    decode_e8m0,
+    encode,
+    encode_e2m1,
+    encode_e4m3,
+    encode_e5m2,
+    encode_e8m0,
+)
+from composer_kernels.formats.hadamard import random_hadamard_matrix, random_hadamard_transform
+from composer_kernels.formats.mx import (
+    MX_BLOCK_SIZE,
+    MXTensor,
+    ScaleRule,
+    mx_dequantize,
+    mx_fake_quantize,
+    mx_quantize,
+)
+from composer_kernels.formats.nvfp4 import (
+    NVFP4_BLOCK_SIZE,
+    NVFP4Tensor,
+    ScaleMode,
+    nvfp4_dequantize,
+    nvfp4_fake_quantize,
+    nvfp4_global_scale,
+    nvfp4_quantize,
+)
+from composer_kernels.formats.packing import pack_fp4, unpack_fp4
+
+__all__ = [
+    "E2M1",
+    "E4M3",
+    "E5M2",
+    "MX_BLOCK_SIZE",
+    "NVFP4_BLOCK_SIZE",
+    "ElementFormat",
+    "MXTensor",
+    "NVFP4Tensor",
+    "ScaleMode",
+    "ScaleRule",
+    "decode",
+    "decode_e2m1",
+    "decode_e4m3",
+    "decode_e5m2",
+    "decode_e8m0",
+    "encode",
+    "encode_e2m1",
+    "encode_e4m3",
+    "encode_e5m2",
+    "encode_e8m0",
+    "mx_dequantize",
+    "mx_fake_quantize",
+    "mx_quantize",
+    "nvfp4_dequantize",
+    "nvfp4_fake_quantize",
+    "nvfp4_global_scale",
+    "nvfp4_quantize",
+    "pack_fp4",
+    "random_hadamard_matrix",
+    "random_hadamard_transform",
+    "unpack_fp4",
+]
