@@ -1,0 +1,127 @@
+"""The task record: a small repository, an instruction, hidden tests and an oracle solution.
+
+A task is plain data so that it can be written to disk, shipped to a sandbox on another
+machine, and read back by a third party who brings their own tasks. The oracle is a list
+of edits (not a final tree) because the same edits become the tool calls of the SFT
+demonstration: one representation serves grading and imitation.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GRADING_DIR = "_grading"
+"""Folder the hidden tests are copied into at grading time (absent while the agent works)."""
+
+DEFAULT_TEST_COMMAND = f"python -m pytest -q -p no:cacheprovider {GRADING_DIR}"
+
+
+class Category(StrEnum):
+    """The report's task mix."""
+
+    FEATURE_ITERATION = "feature_iteration"
+    DEBUGGING = "debugging"
+    NEW_FEATURE = "new_feature"
+    REFACTOR = "refactor"
+    UNDERSTANDING = "understanding"
+    DOCUMENTATION = "documentation"
+    TESTING = "testing"
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    HELDOUT = "heldout"
+
+
+def check_relative_path(path: str) -> str:
+    """A repository path must stay inside the repository: relative, normalised, no `..`."""
+    if not path or path.startswith("/") or "\\" in path:
+        raise ValueError(f"file path {path!r} must be a non-empty relative POSIX path")
+    normal = posixpath.normpath(path)
+    if normal != path or normal.startswith("..") or normal == ".":
+        raise ValueError(
+            f"file path {path!r} must be normalised and stay inside the repository "
+            f"(write it as {normal!r} without '..')"
+        )
+    return path
+
+
+class Edit(BaseModel):
+    """One change to one file: replace the single occurrence of `old` by `new`, or, when
+    `old` is None, write `new` as the whole file (creating it if needed)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    old: str | None = None
+    new: str
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, value: str) -> str:
+        return check_relative_path(value)
+
+    def apply(self, files: dict[str, str]) -> dict[str, str]:
+        out = dict(files)
+        if self.old is None:
+            out[self.path] = self.new
+            return out
+        if self.path not in files:
+            raise ValueError(f"edit of {self.path!r}: the file does not exist")
+        count = files[self.path].count(self.old)
+        if count != 1:
+            raise ValueError(
+                f"edit of {self.path!r}: the text to replace occurs {count} times, it must "
+                "occur exactly once"
+            )
+        out[self.path] = files[self.path].replace(self.old, self.new)
+        return out
+
+
+class Task(BaseModel):
+    """One coding task. `files` is what the agent sees; `tests` are hidden until grading."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    category: Category
+    difficulty: int = Field(ge=1, le=3)
+    instruction: str = Field(min_length=1)
+    files: dict[str, str]
+    tests: dict[str, str] = Field(min_length=1)
+    test_command: str = DEFAULT_TEST_COMMAND
+    solution: list[Edit] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("files", "tests")
+    @classmethod
+    def _paths_inside(cls, value: dict[str, str]) -> dict[str, str]:
+        for path in value:
+            check_relative_path(path)
+        return value
+
+    @model_validator(mode="after")
+    def _tests_in_grading_dir(self) -> Task:
+        for path in self.tests:
+            if not path.startswith(GRADING_DIR + "/"):
+                raise ValueError(
+                    f"task {self.id}: hidden test {path!r} must live under {GRADING_DIR}/ "
+                    "so that it cannot clash with the repository's own files"
+                )
+        return self
+
+    def solved_files(self) -> dict[str, str]:
+        """The repository after the oracle edits."""
+        files = dict(self.files)
+        for edit in self.solution:
+            files = edit.apply(files)
+        return files
+
+    @property
+    def split(self) -> str | None:
+        value = self.metadata.get("split")
+        return str(value) if value is not None else None

@@ -1,0 +1,44 @@
+"""Every template's oracle solution passes its hidden tests and the unsolved repository
+fails them (one task per template and split here; more under the slow marker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, grade_files, sample_tasks
+from composer_rl.tasks.sources import collect_tasks
+
+
+def _check(task: Task) -> None:
+    solved = grade_files(task, task.solved_files())
+    assert solved.success, f"{task.id}: oracle fails\n{solved.output}"
+    unsolved = grade_files(task, task.files)
+    assert not unsolved.success, f"{task.id}: the unsolved repo already passes"
+    assert unsolved.failed + unsolved.errors > 0 or unsolved.exit_code != 0
+
+
+@pytest.mark.parametrize("template", BUILTIN_TEMPLATES, ids=lambda t: t.name)
+def test_oracle_passes_and_unsolved_fails(template) -> None:  # type: ignore[no-untyped-def]
+    task = next(iter(template.tasks(Split.HELDOUT)))
+    _check(task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", list(Split))
+def test_oracle_on_a_sample_of_every_template(split: Split) -> None:
+    for task in sample_tasks(collect_tasks(split), per_group=4, seed=1):
+        _check(task)
+
+
+def test_grading_reports_per_test_outcomes() -> None:
+    task = next(iter(BUILTIN_TEMPLATES[0].tasks(Split.TRAIN)))
+    report = grade_files(task, task.files)
+    assert report.failed == 1 and report.passed == 0
+    assert list(report.outcomes.values()) == ["failed"]
+
+
+def test_oracle_edit_that_no_longer_applies_is_a_clear_error() -> None:
+    task = next(iter(BUILTIN_TEMPLATES[0].tasks(Split.TRAIN)))
+    broken = task.model_copy(update={"files": {k: "pass\n" for k in task.files}})
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        broken.solved_files()
