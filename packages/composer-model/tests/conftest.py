@@ -48,4 +48,4 @@ def micro_config(**overrides: object) -> ModelConfig:
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     torch.manual_seed(0)
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)

@@ -3,6 +3,7 @@
 from composer_model.checkpoint import CheckpointError, load_pretrained, save_pretrained
 from composer_model.config import PRESETS, ModelConfig, YarnScaling, preset
 from composer_model.engine import GenerationResult, InferenceEngine, SamplingParams
+from composer_model.losses import LossOutput, compute_loss, document_targets
 from composer_model.model import ComposerModel, ModelOutput
 from composer_model.tokenizer import SPECIAL_TOKENS, ComposerTokenizer, train_tokenizer
 
@@ -16,11 +17,14 @@ __all__ = [
     "ComposerTokenizer",
     "GenerationResult",
     "InferenceEngine",
+    "LossOutput",
     "ModelConfig",
     "ModelOutput",
     "SamplingParams",
     "YarnScaling",
     "__version__",
+    "compute_loss",
+    "document_targets",
     "load_pretrained",
     "preset",
     "save_pretrained",

@@ -1,0 +1,110 @@
+"""Multi-token prediction: document-aware shifting, both targets, speculative decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import micro_config
+
+from composer_model import (
+    ComposerModel,
+    InferenceEngine,
+    SamplingParams,
+    compute_loss,
+    document_targets,
+)
+from composer_model.losses import IGNORE, mtp_loss
+
+
+def test_targets_never_cross_a_document_boundary() -> None:
+    ids = torch.tensor([10, 11, 12, 20, 21, 22, 23])
+    cu = torch.tensor([0, 3, 7])
+    assert document_targets(ids, cu, 1).tolist() == [11, 12, IGNORE, 21, 22, 23, IGNORE]
+    assert document_targets(ids, cu, 2).tolist() == [12, IGNORE, IGNORE, 22, 23, IGNORE, IGNORE]
+
+
+def test_mtp_outputs_of_a_document_ignore_the_next_document() -> None:
+    model = ComposerModel(micro_config()).eval()
+    a = torch.randint(0, 128, (8,))
+    cu = torch.tensor([0, 8, 14])
+    with torch.no_grad():
+        one = model(
+            torch.cat([a, torch.randint(0, 128, (6,))])[None], cu_seqlens=cu, return_mtp=True
+        )
+        two = model(
+            torch.cat([a, torch.randint(0, 128, (6,))])[None], cu_seqlens=cu, return_mtp=True
+        )
+    assert one.mtp_logits is not None and two.mtp_logits is not None
+    # Depth 1 at t reads token t+1: positions 0..6 of document A only see document A.
+    torch.testing.assert_close(one.mtp_logits[0][0, :7], two.mtp_logits[0][0, :7])
+
+
+def test_self_distillation_target_is_detached() -> None:
+    model = ComposerModel(micro_config()).train()
+    ids = torch.randint(0, 128, (2, 16))
+    out = model(ids, return_mtp=True)
+    out.logits.retain_grad()
+    mtp_loss(out, ids, "self_distill").backward()
+    assert out.logits.grad is None or out.logits.grad.abs().sum() == 0
+    assert model.mtp_modules[0].eh_proj.weight.grad is not None
+
+
+@pytest.mark.parametrize("target", ["next_next", "self_distill"])
+def test_both_targets_train(target: str) -> None:
+    model = ComposerModel(micro_config(mtp_target=target, mtp_loss_weight=1.0)).train()
+    ids = torch.randint(0, 16, (4, 24))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = last = None
+    for _ in range(12):
+        result = compute_loss(model, ids)
+        result.loss.backward()
+        opt.step()
+        opt.zero_grad()
+        first = first if first is not None else float(result.mtp_loss)
+        last = float(result.mtp_loss)
+    assert first is not None and last is not None and last < first
+
+
+def _trained_on_a_cycle() -> tuple[ComposerModel, list[list[int]]]:
+    """A micro model that has learned a fixed token cycle, so MTP drafts are mostly right."""
+    torch.manual_seed(1)
+    cycle = torch.randperm(128)[:12]
+    model = ComposerModel(micro_config(mtp_target="next_next", mtp_loss_weight=1.0)).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        starts = torch.randint(0, 12, (4,))
+        ids = torch.stack([cycle[(s + torch.arange(32)) % 12] for s in starts])
+        result = compute_loss(model, ids)
+        result.loss.backward()
+        opt.step()
+        opt.zero_grad()
+    prompts = [cycle[(s + torch.arange(5)) % 12].tolist() for s in range(3)] + [[3, 1, 4, 1, 5]]
+    return model.double().eval(), prompts
+
+
+@pytest.mark.slow
+def test_speculative_greedy_is_identical_to_plain_greedy() -> None:
+    model, prompts = _trained_on_a_cycle()
+    params = SamplingParams(
+        temperature=0.0, max_new_tokens=24, stop_token_ids=[], return_routing=True
+    )
+    plain = InferenceEngine(model, max_batch_size=4).generate(prompts, params)
+    engine = InferenceEngine(model, max_batch_size=2, speculative=True)
+    fast = engine.generate(prompts, params)
+    for a, b in zip(plain, fast, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
+        assert a.routing is not None and b.routing is not None and torch.equal(a.routing, b.routing)
+    assert engine.stats.drafted > 0
+    assert engine.stats.acceptance_rate > 0.5  # learned cycle: most drafts are right
+    assert engine.stats.accepted < engine.stats.drafted or engine.stats.steps < sum(
+        len(r.token_ids) for r in plain
+    )
+
+
+def test_speculative_needs_mtp_and_greedy() -> None:
+    with pytest.raises(ValueError, match="MTP"):
+        InferenceEngine(ComposerModel(micro_config(num_nextn_predict_layers=0)), speculative=True)
+    engine = InferenceEngine(ComposerModel(micro_config()), speculative=True)
+    with pytest.raises(ValueError, match="greedy"):
+        engine.add_request([1, 2], SamplingParams(temperature=1.0))
