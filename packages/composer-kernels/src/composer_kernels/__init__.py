@@ -26,6 +26,12 @@ from composer_kernels.formats import (
     random_hadamard_transform,
     unpack_fp4,
 )
+from composer_kernels.gemm.dispatch import (
+    dispatch_dequantize,
+    dispatch_quantize,
+    fake_quantize_for_dispatch,
+)
+from composer_kernels.gemm.mxfp8_linear import MXFP8Linear, mxfp8_linear
 from composer_kernels.gemm.recipe import quantized_grouped_mm
 from composer_kernels.grouped_mm import grouped_mm
 
@@ -35,18 +41,23 @@ __all__ = [
     "E2M1",
     "E4M3",
     "E5M2",
+    "MXFP8Linear",
     "MXTensor",
     "NVFP4Tensor",
     "__version__",
     "attention",
     "decode",
     "decode_e8m0",
+    "dispatch_dequantize",
+    "dispatch_quantize",
     "encode",
     "encode_e8m0",
+    "fake_quantize_for_dispatch",
     "grouped_mm",
     "mx_dequantize",
     "mx_fake_quantize",
     "mx_quantize",
+    "mxfp8_linear",
     "nvfp4_dequantize",
     "nvfp4_fake_quantize",
     "nvfp4_quantize",
