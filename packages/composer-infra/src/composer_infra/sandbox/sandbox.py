@@ -1,0 +1,391 @@
+"""A sandbox: one task's workspace, the agent's tools on it, and its snapshots.
+
+Tool calls go through `Sandbox.call(name, arguments)` and always come back as a
+`ToolResult`: a bad call is an error the model can read, never an exception that
+ends the episode. File tools act on the host's copy of the workspace through
+`WorkspaceFS` (which cannot be led out of it); `run` and the tests go through the
+backend's runtime.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from composer_infra.sandbox.archive import Snapshot, SnapshotStore
+from composer_infra.sandbox.backend import Runtime, SandboxBackend
+from composer_infra.sandbox.config import SandboxConfig
+from composer_infra.sandbox.junit import build_report
+from composer_infra.sandbox.paths import PathError, WorkspaceFS
+from composer_infra.sandbox.registry import BackendRegistry, default_registry
+from composer_infra.sandbox.results import TestReport, ToolResult
+from composer_infra.sandbox.task import Task
+from composer_infra.sandbox.tools import (
+    TOOL_ARGS,
+    EditFileArgs,
+    FinishArgs,
+    ListFilesArgs,
+    ReadFileArgs,
+    RunArgs,
+    TodoArgs,
+    TodoList,
+    WriteFileArgs,
+)
+
+_work_root: Path | None = None
+
+
+def default_work_dir() -> Path:
+    """Where sandboxes live unless told otherwise: one private temp directory per process."""
+    global _work_root
+    if _work_root is None:
+        _work_root = Path(tempfile.mkdtemp(prefix="composer-sandboxes-"))
+    return _work_root
+
+
+def _resolve_backend(
+    backend: str | SandboxBackend | None, registry: BackendRegistry | None
+) -> SandboxBackend:
+    if isinstance(backend, SandboxBackend):
+        reason = backend.unavailable_reason()
+        if reason:
+            from composer_infra.sandbox.backend import BackendUnavailable
+
+            raise BackendUnavailable(f"sandbox backend {backend.name!r} cannot run here: {reason}")
+        return backend
+    return (registry or default_registry()).get(backend)
+
+
+class Sandbox:
+    """One task's sandbox. Make it with `create`, `restore` or `fork`; `close` when done."""
+
+    def __init__(
+        self,
+        *,
+        task: Task,
+        backend: SandboxBackend,
+        config: SandboxConfig,
+        home: Path,
+        memory_image: Path | None = None,
+        todos: TodoList | None = None,
+        finished: bool = False,
+        final_message: str | None = None,
+    ) -> None:
+        self.id = home.name
+        self.task = task
+        self.backend = backend
+        self.config = config
+        self.home = home
+        self.workspace = home / "workspace"
+        self.todos = todos or TodoList()
+        self.finished = finished
+        self.final_message = final_message
+        self._lock = threading.RLock()
+        state_dir = home / "state"
+        state_dir.mkdir(exist_ok=True)
+        self.runtime: Runtime = backend.start(
+            self.workspace, config, state_dir=state_dir, memory_image=memory_image
+        )
+        self.fs = WorkspaceFS(self.workspace, owner=self.runtime.owner)
+        self.closed = False
+
+    # -- making sandboxes ------------------------------------------------------------
+
+    @staticmethod
+    def _new_home(work_dir: Path | None) -> Path:
+        home = (work_dir or default_work_dir()) / f"sbx-{uuid.uuid4().hex[:12]}"
+        (home / "workspace").mkdir(parents=True)
+        return home
+
+    @classmethod
+    def create(
+        cls,
+        task: Task,
+        backend: str | SandboxBackend | None = None,
+        *,
+        config: SandboxConfig | None = None,
+        registry: BackendRegistry | None = None,
+        work_dir: Path | None = None,
+    ) -> Sandbox:
+        """A fresh sandbox holding the task's files. `backend` defaults to bwrap."""
+        chosen = _resolve_backend(backend, registry)
+        home = cls._new_home(work_dir)
+        fs = WorkspaceFS(home / "workspace")
+        try:
+            for name, text in task.files.items():
+                fs.write_bytes(name, text.encode())
+            return cls(task=task, backend=chosen, config=config or SandboxConfig(), home=home)
+        except BaseException:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: Snapshot | str,
+        store: SnapshotStore,
+        *,
+        backend: str | SandboxBackend | None = None,
+        config: SandboxConfig | None = None,
+        registry: BackendRegistry | None = None,
+        work_dir: Path | None = None,
+    ) -> Sandbox:
+        """Bring a snapshot back, here or on another worker that shares `store`.
+
+        The backend defaults to the one that took the snapshot; a memory image can
+        only be restored by a backend with memory snapshots.
+        """
+        digest = snapshot.digest if isinstance(snapshot, Snapshot) else snapshot
+        home = cls._new_home(work_dir)
+        shutil.rmtree(home / "workspace")
+        unpack = home / "unpack"
+        try:
+            state, workspace, memory = store.load(digest, unpack)
+            workspace.rename(home / "workspace")
+            chosen = _resolve_backend(backend or state["backend"], registry)
+            if memory is not None and not chosen.memory_snapshots:
+                from composer_infra.sandbox.backend import BackendUnavailable
+
+                raise BackendUnavailable(
+                    f"snapshot {digest[:12]} holds a memory image of {state['backend']!r}; "
+                    f"backend {chosen.name!r} cannot restore it (use one with memory snapshots)"
+                )
+            sandbox = cls(
+                task=Task.model_validate(state["task"]),
+                backend=chosen,
+                config=config or SandboxConfig.model_validate(state["config"]),
+                home=home,
+                memory_image=memory,
+                todos=TodoList.model_validate(state["todos"]),
+                finished=state["finished"],
+                final_message=state["final_message"],
+            )
+        except BaseException:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        shutil.rmtree(unpack, ignore_errors=True)
+        return sandbox
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend.name,
+            "task": self.task.model_dump(mode="json"),
+            "config": self.config.model_dump(mode="json"),
+            "todos": self.todos.model_dump(mode="json"),
+            "finished": self.finished,
+            "final_message": self.final_message,
+        }
+
+    def snapshot(self, store: SnapshotStore) -> Snapshot:
+        """Store the whole state (and running processes' memory, if the backend can)."""
+        with self._lock:
+            self._check_open()
+            with tempfile.TemporaryDirectory(dir=self.home) as image:
+                image_dir = Path(image)
+                frozen = self.runtime.checkpoint(image_dir)
+                try:
+                    return store.put(self._state(), self.workspace, image_dir if frozen else None)
+                finally:
+                    if frozen:
+                        self.runtime.resume(image_dir)
+
+    def fork(self, *, work_dir: Path | None = None) -> Sandbox:
+        """An independent copy that goes on from here (running processes too, on gvisor)."""
+        with self._lock:
+            self._check_open()
+            home = self._new_home(work_dir or self.home.parent)
+            shutil.rmtree(home / "workspace")
+            image_dir = home / "image"
+            image_dir.mkdir()
+            try:
+                frozen = self.runtime.checkpoint(image_dir)
+                try:
+                    shutil.copytree(self.workspace, home / "workspace", symlinks=True)
+                finally:
+                    if frozen:
+                        self.runtime.resume(image_dir)
+                return Sandbox(
+                    task=self.task,
+                    backend=self.backend,
+                    config=self.config,
+                    home=home,
+                    memory_image=image_dir if frozen else None,
+                    todos=self.todos.model_copy(deep=True),
+                    finished=self.finished,
+                    final_message=self.final_message,
+                )
+            except BaseException:
+                shutil.rmtree(home, ignore_errors=True)
+                raise
+            finally:
+                shutil.rmtree(image_dir, ignore_errors=True)
+
+    # -- tools -----------------------------------------------------------------------
+
+    def call(self, name: str, arguments: Any = None) -> ToolResult:
+        """Run one tool call as the model wrote it. Never raises for a bad call."""
+        if name not in TOOL_ARGS:
+            return ToolResult.failure(
+                f"unknown tool {name!r}; the tools are: {', '.join(TOOL_ARGS)}", malformed=True
+            )
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return ToolResult.failure(
+                f"arguments of {name} must be an object of named arguments, got {type(arguments).__name__}",
+                malformed=True,
+            )
+        try:
+            args = TOOL_ARGS[name].model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            return ToolResult.failure(f"bad arguments for {name}: {problems}", malformed=True)
+        with self._lock:
+            if self.closed:
+                return ToolResult.failure("this sandbox is closed")
+            if self.finished:
+                return ToolResult.failure("the episode is finished; no more tool calls")
+            try:
+                return getattr(self, f"_tool_{name}")(args)
+            except PathError as exc:
+                return ToolResult.failure(str(exc))
+
+    def read_file(self, path: str) -> ToolResult:
+        return self.call("read_file", {"path": path})
+
+    def write_file(self, path: str, content: str) -> ToolResult:
+        return self.call("write_file", {"path": path, "content": content})
+
+    def edit_file(self, path: str, old: str, new: str) -> ToolResult:
+        return self.call("edit_file", {"path": path, "old": old, "new": new})
+
+    def list_files(self, path: str = ".") -> ToolResult:
+        return self.call("list_files", {"path": path})
+
+    def run(self, command: str, timeout: float | None = None) -> ToolResult:
+        return self.call("run", {"command": command, "timeout": timeout})
+
+    def todo(self, action: str, item: str | None = None, id: int | None = None) -> ToolResult:
+        return self.call("todo", {"action": action, "item": item, "id": id})
+
+    def finish(self, message: str = "") -> ToolResult:
+        return self.call("finish", {"message": message})
+
+    def _read_text(self, path: str) -> str:
+        data = self.fs.read_bytes(path, self.config.read_limit)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PathError(f"{path!r} is not UTF-8 text") from None
+
+    def _tool_read_file(self, args: ReadFileArgs) -> ToolResult:
+        return ToolResult.success(self._read_text(args.path))
+
+    def _tool_write_file(self, args: WriteFileArgs) -> ToolResult:
+        data = args.content.encode()
+        self.fs.write_bytes(args.path, data)
+        return ToolResult.success(f"wrote {len(data)} bytes to {args.path}")
+
+    def _tool_edit_file(self, args: EditFileArgs) -> ToolResult:
+        text = self._read_text(args.path)
+        count = text.count(args.old)
+        if count == 0:
+            return ToolResult.failure(
+                f"`old` text was not found in {args.path}; read the file and copy it exactly"
+            )
+        if count > 1:
+            return ToolResult.failure(
+                f"`old` text occurs {count} times in {args.path}; include more lines so it is unique"
+            )
+        self.fs.write_bytes(args.path, text.replace(args.old, args.new, 1).encode())
+        return ToolResult.success(f"edited {args.path}")
+
+    def _tool_list_files(self, args: ListFilesArgs) -> ToolResult:
+        entries, cut = self.fs.list_dir(args.path)
+        text = "\n".join(entries) + ("\n[listing cut short]" if cut else "")
+        return ToolResult.success(text, truncated=cut)
+
+    def _tool_run(self, args: RunArgs) -> ToolResult:
+        timeout = min(args.timeout or self.config.command_timeout, self.config.max_command_timeout)
+        result = self.runtime.run(args.command, timeout=timeout)
+        data = result.model_dump()
+        del data["output"]
+        if result.ok:
+            return ToolResult(ok=True, output=result.output, data=data)
+        if result.timed_out:
+            error = f"timed out after {timeout:g}s"
+        elif result.killed_for_output:
+            error = "killed for writing too much output"
+        else:
+            error = f"exit code {result.exit_code}"
+        return ToolResult(ok=False, output=result.output, error=error, data=data)
+
+    def _tool_todo(self, args: TodoArgs) -> ToolResult:
+        try:
+            return ToolResult.success(self.todos.apply(args))
+        except ValueError as exc:
+            return ToolResult.failure(str(exc))
+
+    def _tool_finish(self, args: FinishArgs) -> ToolResult:
+        self.finished = True
+        self.final_message = args.message
+        return ToolResult.success("episode finished")
+
+    # -- tests -------------------------------------------------------------------------
+
+    def run_tests(self, timeout: float | None = None) -> TestReport:
+        """Run the task's test command in the sandbox; pytest reports each test (JUnit XML)."""
+        with self._lock:
+            self._check_open()
+            report_name = f".composer-junit-{uuid.uuid4().hex}.xml"
+            guest = self.runtime.guest_workspace
+            command = (
+                f'export PYTEST_ADDOPTS="--junitxml={guest}/{report_name} -p no:cacheprovider '
+                f'$PYTEST_ADDOPTS"; {self.task.test_command}'
+            )
+            result = self.runtime.run(command, timeout=timeout or self.config.max_command_timeout)
+            try:
+                xml: str | None = self._read_text(report_name)
+            except PathError:
+                xml = None
+            (self.workspace / report_name).unlink(missing_ok=True)
+            return build_report(result, xml)
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"sandbox {self.id} is closed")
+
+    def start_background(self, command: str) -> None:
+        """Start a long-running process (memory-level backends; see `Runtime`)."""
+        with self._lock:
+            self._check_open()
+            self.runtime.start_background(command)
+
+    def close(self, *, keep_files: bool = False) -> None:
+        """Stop the sandbox and (unless `keep_files`) delete its directory."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.runtime.close()
+            finally:
+                if not keep_files:
+                    shutil.rmtree(self.home, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""The agent's tools: argument schemas, and the todo list they keep.
+
+The schemas are pydantic models so that a malformed call (missing argument, wrong
+type, unknown field) becomes an error message naming the problem, which the model
+can read and fix on its next turn.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReadFileArgs(_Args):
+    path: str
+
+
+class WriteFileArgs(_Args):
+    path: str
+    content: str
+
+
+class EditFileArgs(_Args):
+    path: str
+    old: str = Field(min_length=1)
+    new: str
+
+
+class ListFilesArgs(_Args):
+    path: str = "."
+
+
+class RunArgs(_Args):
+    command: str = Field(min_length=1)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class TodoArgs(_Args):
+    action: Literal["add", "start", "complete", "cancel", "list"]
+    item: str | None = Field(default=None, min_length=1, description="Text, for `add`.")
+    id: int | None = Field(default=None, ge=1, description="Item number, for the others.")
+
+
+class FinishArgs(_Args):
+    message: str = ""
+
+
+TOOL_ARGS: dict[str, type[_Args]] = {
+    "read_file": ReadFileArgs,
+    "write_file": WriteFileArgs,
+    "edit_file": EditFileArgs,
+    "list_files": ListFilesArgs,
+    "run": RunArgs,
+    "todo": TodoArgs,
+    "finish": FinishArgs,
+}
+"""Every tool a sandbox offers, by the name the model calls it."""
+
+TodoStatus = Literal["open", "in_progress", "done", "cancelled"]
+
+
+class TodoItem(BaseModel):
+    """One item of the agent's plan (the shape composer-rewards' `TodoItem` reads)."""
+
+    text: str
+    status: TodoStatus = "open"
+    created_by: Literal["agent", "task"] = "agent"
+
+
+class TodoList(BaseModel):
+    items: list[TodoItem] = Field(default_factory=list)
+
+    def render(self) -> str:
+        if not self.items:
+            return "(todo list is empty)"
+        marks = {"open": "[ ]", "in_progress": "[~]", "done": "[x]", "cancelled": "[-]"}
+        return "\n".join(
+            f"{n}. {marks[item.status]} {item.text}" for n, item in enumerate(self.items, 1)
+        )
+
+    def apply(self, args: TodoArgs) -> str:
+        """Carry out one `todo` call; ValueError with the reason if it cannot be done."""
+        if args.action == "add":
+            if not args.item:
+                raise ValueError("todo add needs `item`, the text of the new item")
+            self.items.append(TodoItem(text=args.item))
+        elif args.action != "list":
+            if args.id is None or args.id > len(self.items):
+                raise ValueError(
+                    f"todo {args.action} needs `id`, an item number from 1 to {len(self.items)}"
+                )
+            status: dict[str, TodoStatus] = {
+                "start": "in_progress",
+                "complete": "done",
+                "cancel": "cancelled",
+            }
+            self.items[args.id - 1].status = status[args.action]
+        return self.render()
