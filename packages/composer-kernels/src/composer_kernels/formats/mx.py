@@ -32,6 +32,7 @@ from composer_kernels.formats.elements import (
 )
 
 ScaleRule = Literal["floor", "rceil"]
+Backend = Literal["auto", "torch", "triton"]
 MX_BLOCK_SIZE = 32
 _FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -88,8 +89,13 @@ def mx_quantize(
     block_size: int = MX_BLOCK_SIZE,
     dim: int = -1,
     scale_rule: ScaleRule = "floor",
+    backend: Backend = "auto",
 ) -> MXTensor:
-    """Quantize `x` to MX with blocks of `block_size` along `dim` (E4M3 or E5M2 elements)."""
+    """Quantize `x` to MX with blocks of `block_size` along `dim` (E4M3 or E5M2 elements).
+
+    `backend="auto"` runs the Triton kernel for CUDA tensors when Triton is installed
+    (bit-identical to the PyTorch reference) and PyTorch otherwise.
+    """
     fmt = element_format(elem)
     if fmt not in (E4M3, E5M2):
         raise ValueError(f"MXFP8 elements are e4m3 or e5m2, got {fmt.name}")
@@ -100,6 +106,22 @@ def mx_quantize(
         raise ValueError(
             f"dimension {dim} of shape {tuple(x.shape)} is not a multiple of the block size "
             f"{block_size}; pad it (zeros do not change a block's scale)"
+        )
+    if scale_rule not in ("floor", "rceil"):
+        raise ValueError(f"scale_rule must be 'floor' or 'rceil', got {scale_rule!r}")
+    if _pick_triton(x, backend, block_size == MX_BLOCK_SIZE):
+        from composer_kernels.triton_kernels._mxfp8 import mxfp8_quantize_lastdim
+
+        codes, scale_codes = mxfp8_quantize_lastdim(
+            x.movedim(dim, -1), fmt, rceil=scale_rule == "rceil"
+        )
+        return MXTensor(
+            data=codes.view(_FP8_DTYPES[fmt.name]).movedim(-1, dim),
+            scales=scale_codes.movedim(-1, dim),
+            elem=fmt,
+            block_size=block_size,
+            dim=dim,
+            scale_rule=scale_rule,
         )
     moved = x.float().movedim(dim, -1)
     blocks = moved.reshape(*moved.shape[:-1], moved.shape[-1] // block_size, block_size)
@@ -116,6 +138,18 @@ def mx_quantize(
         dim=dim,
         scale_rule=scale_rule,
     )
+
+
+def _pick_triton(x: torch.Tensor, backend: Backend, supported: bool) -> bool:
+    if backend == "torch":
+        return False
+    from composer_kernels.triton_kernels import use_triton
+
+    if backend == "triton":
+        if not supported:
+            raise ValueError("the Triton kernel does not support these options")
+        return True
+    return supported and x.dtype in (torch.float32, torch.bfloat16, torch.float16) and use_triton(x)
 
 
 def mx_dequantize(t: MXTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -142,6 +176,7 @@ def mx_fake_quantize(
 
 __all__ = [
     "MX_BLOCK_SIZE",
+    "Backend",
     "MXTensor",
     "ScaleRule",
     "mx_dequantize",

@@ -34,6 +34,7 @@ import torch
 
 from composer_kernels.formats.elements import E2M1, E4M3, decode, encode
 from composer_kernels.formats.hadamard import random_hadamard_transform
+from composer_kernels.formats.mx import Backend, _pick_triton
 from composer_kernels.formats.packing import pack_fp4, unpack_fp4
 
 NVFP4_BLOCK_SIZE = 16
@@ -142,16 +143,34 @@ def nvfp4_quantize(
     stochastic_rounding: bool = False,
     seed: int | None = None,
     hadamard_seed: int | None = None,
+    backend: Backend = "auto",
 ) -> NVFP4Tensor:
     """Quantize `x` to NVFP4 along its last dimension (see the module docstring).
 
     `stochastic_rounding` draws from a generator seeded with `seed` (required), so a
     gradient quantization can be replayed. `hadamard_seed` applies the random
-    Hadamard transform of that seed before quantizing.
+    Hadamard transform of that seed before quantizing. `backend="auto"` runs the Triton
+    kernel (per-token, no options) for CUDA tensors when Triton is installed.
     """
     _validate(x, scale_mode, block_2d)
     if stochastic_rounding and seed is None:
         raise ValueError("stochastic_rounding needs a seed, so the rounding can be reproduced")
+    plain = (
+        scale_mode == "per_token"
+        and not block_2d
+        and not stochastic_rounding
+        and hadamard_seed is None
+    )
+    if _pick_triton(x, backend, plain):
+        from composer_kernels.triton_kernels._nvfp4 import nvfp4_quantize_per_token
+
+        data, scale_codes, g = nvfp4_quantize_per_token(x)
+        return NVFP4Tensor(
+            data=data,
+            block_scales=scale_codes.view(torch.float8_e4m3fn),
+            global_scale=g,
+            scale_mode="per_token",
+        )
     xf = x.float()
     if hadamard_seed is not None:
         xf = random_hadamard_transform(xf, hadamard_seed)
