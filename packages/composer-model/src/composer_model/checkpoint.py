@@ -76,12 +76,8 @@ def to_hf_state_dict(model: ComposerModel) -> dict[str, torch.Tensor]:
             out[key] = tensor.contiguous()
     for depth in range(config.num_nextn_predict_layers):
         layer = config.num_hidden_layers + depth
-        out[f"model.layers.{layer}.embed_tokens.weight"] = tensors[
-            "embed_tokens.weight"
-        ].contiguous()
-        out[f"model.layers.{layer}.shared_head.head.weight"] = tensors[
-            "lm_head.weight"
-        ].contiguous()
+        out[f"model.layers.{layer}.embed_tokens.weight"] = tensors["embed_tokens.weight"].clone()
+        out[f"model.layers.{layer}.shared_head.head.weight"] = tensors["lm_head.weight"].clone()
     return out
 
 
