@@ -20,6 +20,10 @@ invariance), and no information leaks between tokens of different sequences. A
 per-tensor scale (one per matrix; leading dimensions are a batch of matrices, such
 as experts) is available for weights.
 
+Limits: a group whose amax is below 2688 * 2^-149 (about 3.8e-42) has g = 0 in
+float32 and quantizes to zero; below 2688 * 2^-126 g is a float32 subnormal and the
+block scales may saturate.
+
 Options: stochastic rounding (seeded, for gradients), 16x16 two-dimensional blocks
 (weights: the transpose quantizes to the same values), and a random Hadamard
 transform over blocks of 16 before quantizing.
