@@ -101,12 +101,12 @@ def test_config_that_does_not_fit_the_weights(tmp_path: Path) -> None:
 
 
 def test_corrupt_or_absent_files(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="config.json"):
+    with pytest.raises(CheckpointError, match=r"config\.json"):
         load_pretrained(tmp_path)
     save_pretrained(_trained_bias_model(), tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):
         load_pretrained(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
         load_pretrained(tmp_path)

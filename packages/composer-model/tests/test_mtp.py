@@ -60,8 +60,8 @@ def test_both_targets_train(target: str) -> None:
         result.loss.backward()
         opt.step()
         opt.zero_grad()
-        first = first if first is not None else float(result.mtp_loss)
-        last = float(result.mtp_loss)
+        first = first if first is not None else result.mtp_loss.item()
+        last = result.mtp_loss.item()
     assert first is not None and last is not None and last < first
 
 
