@@ -37,6 +37,7 @@ def run_capped(
     output_limit: int,
     output_kill_limit: int,
     after_exit: Callable[[], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
     """Run `argv`, keep the first `output_limit` bytes of its output, never wait past `timeout`.
 
@@ -55,6 +56,7 @@ def run_capped(
         cwd=cwd,
         start_new_session=True,
         close_fds=True,
+        pass_fds=tuple(pass_fds),
     )
     assert process.stdout is not None
     kept = bytearray()

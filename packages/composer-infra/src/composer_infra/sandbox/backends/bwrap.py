@@ -18,7 +18,10 @@ Each `run` is one `bwrap` invocation:
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from contextlib import suppress
 from pathlib import Path
 
 from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
@@ -72,6 +75,33 @@ def _system_binds() -> list[str]:
         if Path(name).is_dir():
             args += ["--ro-bind", name, name]
     return args
+
+
+def _await_namespace_end(info_read: int, info_write: int, limit: float = 10.0) -> None:
+    """Wait until the sandbox's pid namespace is gone, so no process of it is left.
+
+    bwrap reports the pid of the namespace's init on `--info-fd`. When that init dies
+    (the command ended, or bwrap was killed and `--die-with-parent` fired) the kernel
+    kills every process in the namespace and only then lets init become a zombie; so
+    init being gone or a zombie means the whole sandbox is.
+    """
+    os.close(info_write)
+    try:
+        with os.fdopen(os.dup(info_read), "rb") as handle:
+            pid = int(json.loads(handle.read() or b"{}").get("child-pid", 0))
+    except (OSError, ValueError):
+        return
+    if pid <= 0:
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
 
 
 class BwrapRuntime(Runtime):
@@ -155,13 +185,22 @@ class BwrapRuntime(Runtime):
         return args
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
-        return run_capped(
-            [*self._prefix, "/bin/sh", "-c", command],
-            env={"PATH": "/usr/bin:/bin"},
-            timeout=timeout,
-            output_limit=self.config.output_limit,
-            output_kill_limit=self.config.output_kill_limit,
-        )
+        info_read, info_write = os.pipe()
+        argv = [self._prefix[0], "--info-fd", str(info_write), *self._prefix[1:]]
+        try:
+            return run_capped(
+                [*argv, "/bin/sh", "-c", command],
+                env={"PATH": "/usr/bin:/bin"},
+                timeout=timeout,
+                output_limit=self.config.output_limit,
+                output_kill_limit=self.config.output_kill_limit,
+                pass_fds=(info_write,),
+                after_exit=lambda: _await_namespace_end(info_read, info_write),
+            )
+        finally:
+            for fd in (info_read, info_write):
+                with suppress(OSError):
+                    os.close(fd)
 
     def close(self) -> None:
         """Nothing runs between commands, so there is nothing to stop."""

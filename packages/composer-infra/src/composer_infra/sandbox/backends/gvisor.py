@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from contextlib import suppress
 from pathlib import Path
@@ -36,10 +37,31 @@ from composer_infra.sandbox.execution import run_capped
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
 
+# Kill every process but init, this shell and the background ones; repeat until none is
+# left, so that a fork bomb's children born during a pass are caught by the next.
 _SWEEP = (
+    "i=0; while [ $i -lt 200 ]; do i=$((i+1)); n=0; "
     'for p in /proc/[0-9]*; do p="${p#/proc/}"; case " 1 $$ $KEEP " in *" $p "*) ;; '
-    '*) kill -9 "$p" 2>/dev/null;; esac; done; true'
+    '*) kill -9 "$p" 2>/dev/null && n=$((n+1));; esac; done; '
+    "[ $n -eq 0 ] && break; done; true"
 )
+
+
+# The container's init: it only reaps. Orphans (a killed fork bomb's children, daemons)
+# are reparented to it, and unreaped zombies would count against RLIMIT_NPROC forever.
+_INIT = """
+import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.2)
+"""
+
+
+def _init_python() -> str:
+    """An interpreter visible inside the sandbox (the toolchain is mounted read-only)."""
+    return os.path.realpath(sys.executable)
 
 
 def runsc_binary() -> str | None:
@@ -159,7 +181,6 @@ class GVisorRuntime(Runtime):
         limits = self.config.limits
         rlimits = [
             {"type": "RLIMIT_NOFILE", "hard": limits.open_files, "soft": limits.open_files},
-            {"type": "RLIMIT_NPROC", "hard": limits.processes, "soft": limits.processes},
             {
                 "type": "RLIMIT_FSIZE",
                 "hard": limits.file_size_bytes,
@@ -172,7 +193,7 @@ class GVisorRuntime(Runtime):
             "process": {
                 "terminal": False,
                 "user": {"uid": 0, "gid": 0},
-                "args": ["/usr/bin/sleep", "infinity"],
+                "args": [_init_python(), "-c", _INIT],
                 "env": [f"{k}={v}" for k, v in self.env.items()],
                 "cwd": SANDBOX_ROOT,
                 "rlimits": rlimits,
