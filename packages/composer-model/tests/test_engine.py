@@ -72,6 +72,10 @@ def test_engine_logprobs_equal_training_forward_logprobs() -> None:
         for layer, indices in enumerate(out.routing):
             got = result.routing[:, layer].long().sort(-1).values
             assert torch.equal(got, indices.sort(-1).values)
+        # The RL trainer's path: replay the engine's routing tensor as is.
+        with torch.no_grad():
+            replayed = model(full, replay_indices=result.routing)
+        torch.testing.assert_close(replayed.logits, out.logits, atol=1e-6, rtol=0)
 
 
 def test_sampling_distribution_is_what_the_logprob_describes() -> None:

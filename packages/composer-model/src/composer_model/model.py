@@ -189,6 +189,13 @@ class ComposerModel(nn.Module):
     ) -> ModelOutput:
         flat_ids, flat_pos, cu_seqlens = self._flatten(input_ids, positions, cu_seqlens)
         moe_count = len(self.moe_layers)
+        if isinstance(replay_indices, torch.Tensor):
+            if replay_indices.dim() != 3:
+                raise ValueError(
+                    "replay_indices as one tensor must be [tokens, num_moe_layers, top_k] (the engine's "
+                    f"`routing` layout); got shape {tuple(replay_indices.shape)}"
+                )
+            replay_indices = list(replay_indices.long().unbind(1))
         if replay_indices is not None and len(replay_indices) != moe_count:
             raise ValueError(
                 f"replay_indices must hold one tensor per MoE layer ({moe_count}); got {len(replay_indices)}"

@@ -51,7 +51,7 @@ def sample(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
 ) -> tuple[int, float]:
     """One token and its log-probability under the sampling distribution."""
-    logprobs = sampling_logprobs(logits, params)
+    logprobs = sampling_logprobs(logits.cpu(), params)  # the generators live on the CPU
     if params.temperature == 0.0:
         token = int(logprobs.argmax())
     else:
