@@ -125,6 +125,17 @@ class Sandbox:
             shutil.rmtree(home, ignore_errors=True)
             raise
 
+    def adopt(self, task: Task) -> None:
+        """Give a pre-started (pool) sandbox its task: write the files, take the task's place.
+
+        Only for a sandbox nothing has been done in yet (what `SandboxPool` hands out).
+        """
+        with self._lock:
+            self._check_open()
+            for name, text in task.files.items():
+                self.fs.write_bytes(name, text.encode())
+            self.task = task
+
     @classmethod
     def restore(
         cls,

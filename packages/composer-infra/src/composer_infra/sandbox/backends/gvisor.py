@@ -37,12 +37,16 @@ from composer_infra.sandbox.execution import run_capped
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
 
-# Kill every process but init, this shell and the background ones; repeat until none is
-# left, so that a fork bomb's children born during a pass are caught by the next.
+# Kill every process but init, this shell and the sessions of background processes
+# (each is started as a session leader, so its children share its session id); repeat
+# until none is left, so a fork bomb's children born during a pass die in the next.
 _SWEEP = (
     "i=0; while [ $i -lt 200 ]; do i=$((i+1)); n=0; "
-    'for p in /proc/[0-9]*; do p="${p#/proc/}"; case " 1 $$ $KEEP " in *" $p "*) ;; '
-    '*) kill -9 "$p" 2>/dev/null && n=$((n+1));; esac; done; '
+    'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
+    '{ [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue; '
+    'read -r _ _ _ _ _ sid _ < "/proc/$p/stat" 2>/dev/null || continue; '
+    'case " $KEEP " in *" $sid "*) continue;; esac; '
+    'kill -9 "$p" 2>/dev/null && n=$((n+1)); done; '
     "[ $n -eq 0 ] && break; done; true"
 )
 
@@ -291,7 +295,9 @@ class GVisorRuntime(Runtime):
         )
 
     def start_background(self, command: str) -> None:
-        launcher = f"nohup /bin/sh -c {_quote(command)} >/dev/null 2>&1 </dev/null & echo $!"
+        # nohup execs setsid, which (not being a group leader) makes a session with the
+        # same pid: $! is then the session id the sweep spares.
+        launcher = f"nohup setsid /bin/sh -c {_quote(command)} >/dev/null 2>&1 </dev/null & echo $!"
         result = subprocess.run(
             self._exec_argv(*self._limits, "/bin/sh", "-c", launcher),
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,10 @@
+"""The environment service: a pool of sandboxes serving many episodes' tool calls at once."""
+
+from composer_infra.environment.pool import SandboxPool
+from composer_infra.environment.service import (
+    EnvironmentConfig,
+    EnvironmentService,
+    ToolCallRequest,
+)
+
+__all__ = ["EnvironmentConfig", "EnvironmentService", "SandboxPool", "ToolCallRequest"]

@@ -1,0 +1,169 @@
+"""The environments service of the report: sandboxes for many episodes at once.
+
+A plain class (the orchestrator runs it as a Ray actor). Episodes are addressed by
+sandbox id; tool calls of different sandboxes run concurrently on a thread pool
+(a sandbox serialises its own calls), and nothing a call does raises into the
+caller: an unknown sandbox or a broken one comes back as an error result.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from composer_infra.environment.pool import SandboxPool
+from composer_infra.sandbox import (
+    BackendRegistry,
+    Sandbox,
+    SandboxConfig,
+    Snapshot,
+    SnapshotStore,
+    Task,
+    TestReport,
+    ToolResult,
+    default_registry,
+)
+
+log = logging.getLogger(__name__)
+
+
+class EnvironmentConfig(BaseModel):
+    """Which backend, how many warm sandboxes, how many calls at once, where state goes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: str | None = Field(default=None, description="Backend name; None means bwrap.")
+    warm_sandboxes: int = Field(default=4, ge=0)
+    max_concurrency: int = Field(default=8, ge=1)
+    work_dir: Path | None = Field(default=None, description="Where workspaces live (run dir).")
+    store_dir: Path | None = Field(
+        default=None, description="Snapshot store; share it between workers to migrate."
+    )
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+
+
+class ToolCallRequest(BaseModel):
+    """One tool call of one episode, for `EnvironmentService.call_many`."""
+
+    sandbox_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvironmentService:
+    """Sandboxes by id, a warm pool, concurrent tool calls, snapshots through a store."""
+
+    def __init__(
+        self, config: EnvironmentConfig | None = None, *, registry: BackendRegistry | None = None
+    ) -> None:
+        self.config = config or EnvironmentConfig()
+        self.registry = registry or default_registry()
+        self.backend = self.registry.get(self.config.backend)
+        self._own_work_dir = self.config.work_dir is None
+        self.work_dir = self.config.work_dir or Path(tempfile.mkdtemp(prefix="composer-env-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SnapshotStore(self.config.store_dir or self.work_dir / "snapshots")
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.config.max_concurrency, thread_name_prefix="composer-env"
+        )
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._lock = threading.Lock()
+        self.pool = SandboxPool(
+            self.backend,
+            self.config.sandbox,
+            size=self.config.warm_sandboxes,
+            work_dir=self.work_dir,
+            executor=self.executor,
+        )
+
+    # -- episodes ------------------------------------------------------------------------
+
+    def _add(self, sandbox: Sandbox) -> str:
+        with self._lock:
+            self._sandboxes[sandbox.id] = sandbox
+        return sandbox.id
+
+    def _get(self, sandbox_id: str) -> Sandbox:
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise KeyError(f"no open sandbox {sandbox_id!r} in this environment service")
+        return sandbox
+
+    def open(self, task: Task) -> str:
+        """Start an episode's sandbox; returns its id."""
+        return self._add(self.pool.acquire(task))
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        return self._get(sandbox_id)
+
+    def call(self, sandbox_id: str, tool: str, arguments: Any = None) -> ToolResult:
+        """One tool call. Never raises: an unknown id or a failing backend is an error result."""
+        try:
+            sandbox = self._get(sandbox_id)
+        except KeyError as exc:
+            return ToolResult.failure(str(exc.args[0]))
+        try:
+            return sandbox.call(tool, arguments)
+        except Exception as exc:  # a backend failure must not end the caller's loop
+            log.exception("sandbox %s failed on %s", sandbox_id, tool)
+            return ToolResult.failure(f"sandbox error: {type(exc).__name__}: {exc}")
+
+    def call_many(self, calls: Sequence[ToolCallRequest]) -> list[ToolResult]:
+        """Many episodes' tool calls at once, results in the order of `calls`."""
+        futures = [
+            self.executor.submit(self.call, c.sandbox_id, c.tool, c.arguments) for c in calls
+        ]
+        return [f.result() for f in futures]
+
+    def run_tests(self, sandbox_id: str) -> TestReport:
+        return self._get(sandbox_id).run_tests()
+
+    def snapshot(self, sandbox_id: str) -> Snapshot:
+        return self._get(sandbox_id).snapshot(self.store)
+
+    def fork(self, sandbox_id: str) -> str:
+        return self._add(self._get(sandbox_id).fork(work_dir=self.work_dir))
+
+    def restore(self, snapshot: Snapshot | str) -> str:
+        """Bring back a snapshot from the store (taken here or by another worker)."""
+        return self._add(
+            Sandbox.restore(snapshot, self.store, registry=self.registry, work_dir=self.work_dir)
+        )
+
+    def close(self, sandbox_id: str) -> None:
+        with self._lock:
+            sandbox = self._sandboxes.pop(sandbox_id, None)
+        if sandbox is not None:
+            sandbox.close()
+
+    @property
+    def open_sandboxes(self) -> list[str]:
+        with self._lock:
+            return list(self._sandboxes)
+
+    def shutdown(self) -> None:
+        """Close every sandbox and the pool; delete the work directory if we made it."""
+        self.pool.close()
+        self.executor.shutdown(wait=True)
+        self.pool.close()  # sandboxes the pool finished starting during shutdown
+        with self._lock:
+            sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
+        for sandbox in sandboxes:
+            sandbox.close()
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> EnvironmentService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
