@@ -161,3 +161,26 @@ def test_e8m0_floor_and_ceil_between_powers_and_at_the_edges() -> None:
 def test_unknown_format_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="e4m3"):
         encode(torch.zeros(1), "e3m4")
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=lambda f: f.name)
+def test_fast_fp8_cast_equals_the_bit_level_encoder_everywhere(fmt: ElementFormat) -> None:
+    """MX quantization casts through torch after a clamp; that must be `encode` exactly."""
+    from composer_kernels.formats.mx import cast_fp8_saturating
+
+    gen = torch.Generator().manual_seed(5)
+    bits = torch.randint(-(2**31), 2**31 - 1, (300_000,), generator=gen, dtype=torch.int32)
+    mids, _, _ = _midpoints(fmt)
+    x = torch.cat(
+        [
+            bits.view(torch.float32),
+            mids,
+            -mids,
+            torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, fmt.max_value * 1.01]),
+        ]
+    )
+    fast = cast_fp8_saturating(x, fmt).view(torch.uint8)
+    exact = encode(x, fmt, saturate=True)
+    nan = torch.isnan(x)
+    assert torch.equal(fast[~nan], exact[~nan])
+    assert torch.isnan(decode(fast[nan], fmt)).all()

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from composer_kernels import grouped_mm
-from composer_kernels.grouped_mm import grouped_mm_loop, native_grouped_mm_applies
+from composer_kernels.grouped_mm import (
+    grouped_mm_loop,
+    grouped_mm_native,
+    native_grouped_mm_applies,
+)
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor, ends: list[int]) -> torch.Tensor:
@@ -38,13 +42,22 @@ def test_matches_per_expert_reference_with_gradients(dtype: torch.dtype) -> None
     assert w.grad[1].abs().sum() == 0  # type: ignore[index]
 
 
-def test_native_path_is_taken_for_bf16_and_agrees_with_the_loop() -> None:
-    x = torch.randn(64, 32).bfloat16()
-    w = torch.randn(3, 32, 16).bfloat16()
-    offsets = torch.tensor([10, 40, 64])
+def test_native_grouped_gemm_agrees_with_the_loop_including_gradients() -> None:
+    x = torch.randn(64, 32).bfloat16().requires_grad_()
+    w = torch.randn(3, 32, 16).bfloat16().requires_grad_()
+    offsets = torch.tensor([10, 10, 64])
     if not native_grouped_mm_applies(x, w):
         pytest.skip("this torch has no CPU grouped GEMM")
-    torch.testing.assert_close(grouped_mm(x, w, offsets), grouped_mm_loop(x, w, offsets))
+    native = grouped_mm_native(x, w, offsets)
+    loop = grouped_mm_loop(x, w, offsets)
+    torch.testing.assert_close(native, loop)
+    g = torch.randn_like(loop)
+    for a, b in zip(
+        torch.autograd.grad(native, (x, w), g), torch.autograd.grad(loop, (x, w), g), strict=True
+    ):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="bfloat16"):
+        grouped_mm_native(x.float(), w.float(), offsets)
 
 
 def test_bad_offsets_and_shapes_are_clear_errors() -> None:

@@ -2,9 +2,12 @@
 
 Tokens arrive sorted by expert; `offsets[e]` is the end (exclusive) of expert e's rows,
 so expert e owns rows `offsets[e-1]:offsets[e]`. This is the layout of torch's native
-`torch._grouped_mm`, which runs all experts in one kernel; it is used when it applies
-(bfloat16, 16-byte aligned rows: K and N multiples of 8), and a loop of per-expert
-matmuls is used otherwise. Both are differentiable.
+`torch._grouped_mm`, which runs all experts in one kernel. `grouped_mm` uses it on
+CUDA when it applies (bfloat16, sm90+, 16-byte aligned rows: K and N multiples of 8)
+and a loop of per-expert matmuls otherwise. On the CPU torch has a native grouped GEMM
+too, but it measured slower than the loop in forward (benchmarks/bench_grouped_mm.py),
+so the CPU default is the loop; `grouped_mm_native` calls torch's directly. All paths
+are differentiable.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _check_ends(offsets: torch.Tensor, rows: int) -> list[int]:
 
 
 def native_grouped_mm_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether torch's fused grouped GEMM takes these operands."""
+    """Whether torch's fused grouped GEMM takes these operands (on CPU or CUDA)."""
     if not hasattr(torch, "_grouped_mm"):
         return False
     if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
@@ -76,11 +79,22 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch
     a ValueError.
     """
     _validate(x, w, offsets)
-    if native_grouped_mm_applies(x, w):
-        if x.device.type == "cpu":
-            _check_ends(offsets, x.shape[0])
+    if x.is_cuda and native_grouped_mm_applies(x, w):
         return torch._grouped_mm(x, w, offs=offsets.to(device=x.device, dtype=torch.int32))
     return grouped_mm_loop(x, w, offsets)
 
 
-__all__ = ["grouped_mm", "grouped_mm_loop", "native_grouped_mm_applies"]
+def grouped_mm_native(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """torch's fused grouped GEMM, on any device where it applies (ValueError otherwise)."""
+    _validate(x, w, offsets)
+    if not native_grouped_mm_applies(x, w):
+        raise ValueError(
+            "torch._grouped_mm needs bfloat16 operands on one device (CUDA sm90+ or CPU) "
+            "with K and N multiples of 8; use grouped_mm, which falls back to a loop"
+        )
+    if not x.is_cuda:
+        _check_ends(offsets, x.shape[0])
+    return torch._grouped_mm(x, w, offs=offsets.to(device=x.device, dtype=torch.int32))
+
+
+__all__ = ["grouped_mm", "grouped_mm_loop", "grouped_mm_native", "native_grouped_mm_applies"]

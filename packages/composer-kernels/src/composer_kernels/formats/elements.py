@@ -134,34 +134,36 @@ def encode(x: torch.Tensor, fmt: str | ElementFormat, *, saturate: bool = True) 
     fmt = element_format(fmt)
     x = x.float()
     bits = x.view(torch.int32)
-    negative = bits < 0
     magnitude = x.abs()
+    overflow_to_inf = not saturate and fmt.inf_code is not None
+    if not overflow_to_inf:
+        # Saturation: clamping first makes every overflow (and Inf) encode as the largest
+        # finite value, which rounds to itself. NaN passes through the clamp.
+        magnitude = magnitude.clamp(max=fmt.max_value)
     mag_bits = magnitude.view(torch.int32)
 
     # Normal range: round the float32 mantissa to `mbits` bits, ties to even, by adding
     # just under half an ulp plus the lowest kept bit, then re-bias the exponent.
     shift = _F32_MANTISSA_BITS - fmt.mbits
     lowest_kept = (mag_bits >> shift) & 1
-    rounded = mag_bits + ((1 << (shift - 1)) - 1) + lowest_kept
-    normal_code = (rounded - ((_F32_BIAS - fmt.bias) << _F32_MANTISSA_BITS)) >> shift
+    rounded = mag_bits + ((1 << (shift - 1)) - 1 - ((_F32_BIAS - fmt.bias) << _F32_MANTISSA_BITS))
+    normal_code = (rounded + lowest_kept) >> shift
 
     # Subnormal range: adding a power of two whose float32 ulp is the format's subnormal
     # spacing makes the float32 adder round (to nearest even) onto that grid; the bit
     # difference is then the count of spacings, which is the code. Rounding up into the
     # smallest normal gives code 2^mbits, which is exactly that normal's code.
-    magic = torch.tensor(fmt.min_subnormal * 2.0**_F32_MANTISSA_BITS, dtype=torch.float32)
-    magic_bits = int(magic.view(torch.int32))
-    subnormal_code = (magnitude + magic.to(x.device)).view(torch.int32) - magic_bits
+    magic = fmt.min_subnormal * 2.0**_F32_MANTISSA_BITS
+    magic_bits = int(torch.tensor(magic, dtype=torch.float32).view(torch.int32))
+    subnormal_code = (magnitude + magic).view(torch.int32) - magic_bits
 
     code = torch.where(magnitude < fmt.min_normal, subnormal_code, normal_code)
-    overflow_code = fmt.max_code
-    if not saturate and fmt.inf_code is not None:
-        overflow_code = fmt.inf_code
-    code = torch.where(code > fmt.max_code, overflow_code, code)
-    code = torch.where(torch.isinf(magnitude), overflow_code, code)
-    code = torch.where(torch.isnan(x), fmt.nan_code if fmt.nan_code is not None else 0, code)
-    sign = torch.where(negative & ~torch.isnan(x), fmt.sign_bit, 0)
-    return (code | sign).to(torch.uint8)
+    if overflow_to_inf:
+        assert fmt.inf_code is not None
+        code = code.clamp(max=fmt.inf_code)  # Inf's bit pattern also lands above inf_code
+    code = code | ((bits >> 31) & fmt.sign_bit)
+    nan_code = fmt.nan_code if fmt.nan_code is not None else 0
+    return torch.where(torch.isnan(x), nan_code, code).to(torch.uint8)
 
 
 def encode_e2m1(x: torch.Tensor) -> torch.Tensor:

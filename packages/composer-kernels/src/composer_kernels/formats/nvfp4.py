@@ -104,6 +104,10 @@ def nvfp4_global_scale(x: torch.Tensor, scale_mode: ScaleMode = "per_token") -> 
     """g = amax / 2688 per row ([..., 1]) or per matrix ([..., 1, 1]); 1 where amax is 0."""
     a = x.float().abs()
     amax = a.amax(dim=-1, keepdim=True) if scale_mode == "per_token" else _matrix_amax(a)
+    return _global_from_amax(amax)
+
+
+def _global_from_amax(amax: torch.Tensor) -> torch.Tensor:
     g = amax / NVFP4_GLOBAL_DIVISOR
     return torch.where(amax == 0, torch.ones_like(g), g)
 
@@ -178,16 +182,20 @@ def nvfp4_quantize(
     xf = x.float()
     if hadamard_seed is not None:
         xf = random_hadamard_transform(xf, hadamard_seed)
-    g = nvfp4_global_scale(xf, scale_mode)
-    block_amax = _block_amax(xf, block_2d)
+    block_amax = _block_amax(xf, block_2d)  # [..., R, K/16]
+    # The group amax is the largest block amax (one pass over x fewer).
+    group_amax = block_amax.amax(dim=-1, keepdim=True)
+    if scale_mode == "per_tensor":
+        group_amax = _matrix_amax(group_amax)
+    g = _global_from_amax(group_amax)
     s_codes = encode(block_amax / E2M1_MAX / g, E4M3, saturate=True)
     s = s_codes.view(torch.float8_e4m3fn)
     d = s.float() * g  # [..., K/16]
     blocks = xf.reshape(*xf.shape[:-1], -1, NVFP4_BLOCK_SIZE)
-    d_b = d.unsqueeze(-1)
     # A block whose scale underflows to 0 holds only values negligible against the group
-    # amax; they encode to 0 rather than to x / 0.
-    y = torch.where(d_b == 0, torch.zeros_like(blocks), blocks / torch.where(d_b == 0, 1.0, d_b))
+    # amax: dividing by +Inf instead sends them to 0 (and NaN, which also encodes as 0).
+    d_b = torch.where(d == 0, float("inf"), d).unsqueeze(-1)
+    y = blocks / d_b
     if stochastic_rounding:
         assert seed is not None
         gen = torch.Generator(device="cpu").manual_seed(seed)

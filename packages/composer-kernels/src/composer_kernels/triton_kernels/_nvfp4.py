@@ -88,9 +88,10 @@ def _nvfp4_per_token_kernel(
             S_MAGIC_BITS,
         )
         d = decode_e4m3(s_code) * g
-        d_safe = tl.where(d == 0.0, 1.0, d)[:, None]
-        y_even = tl.where(d[:, None] == 0.0, 0.0, tl.math.div_rn(x_even, d_safe))
-        y_odd = tl.where(d[:, None] == 0.0, 0.0, tl.math.div_rn(x_odd, d_safe))
+        # As the reference: a block whose scale underflowed divides by +Inf (-> ±0).
+        d_safe = tl.where(d == 0.0, float("inf"), d)[:, None]
+        y_even = tl.math.div_rn(x_even, d_safe)
+        y_odd = tl.math.div_rn(x_odd, d_safe)
         c_even = encode_minifloat(
             y_even,
             Q_MBITS,
