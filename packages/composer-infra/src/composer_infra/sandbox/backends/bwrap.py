@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import suppress
 from pathlib import Path
 
 from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
@@ -77,31 +76,50 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _await_namespace_end(info_read: int, info_write: int, limit: float = 10.0) -> None:
-    """Wait until the sandbox's pid namespace is gone, so no process of it is left.
+class _InfoPipe:
+    """bwrap's `--info-fd`, which reports the pid of the sandbox's init.
 
-    bwrap reports the pid of the namespace's init on `--info-fd`. When that init dies
-    (the command ended, or bwrap was killed and `--die-with-parent` fired) the kernel
-    kills every process in the namespace and only then lets init become a zombie; so
-    init being gone or a zombie means the whole sandbox is.
+    Each descriptor is closed exactly once: with many commands running on threads, a
+    second close could hit a descriptor number another thread has just been given.
     """
-    os.close(info_write)
-    try:
-        with os.fdopen(os.dup(info_read), "rb") as handle:
-            pid = int(json.loads(handle.read() or b"{}").get("child-pid", 0))
-    except (OSError, ValueError):
-        return
-    if pid <= 0:
-        return
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self._open = {self.read_fd, self.write_fd}
+
+    def _close(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in list(self._open):
+            self._close(fd)
+
+    def await_namespace_end(self, limit: float = 10.0) -> None:
+        """Wait until the sandbox's pid namespace is gone, so no process of it is left.
+
+        When the namespace's init dies (the command ended, or bwrap was killed and
+        `--die-with-parent` fired) the kernel kills every process in the namespace and
+        only then lets init become a zombie; so init gone or a zombie means all are.
+        """
+        self._close(self.write_fd)
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            with os.fdopen(os.dup(self.read_fd), "rb") as handle:
+                pid = int(json.loads(handle.read() or b"{}").get("child-pid", 0))
+        except (OSError, ValueError):
             return
-        if state in ("Z", "X"):
+        if pid <= 0:
             return
-        time.sleep(0.005)
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return
+            if state in ("Z", "X"):
+                return
+            time.sleep(0.005)
 
 
 class BwrapRuntime(Runtime):
@@ -185,8 +203,8 @@ class BwrapRuntime(Runtime):
         return args
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
-        info_read, info_write = os.pipe()
-        argv = [self._prefix[0], "--info-fd", str(info_write), *self._prefix[1:]]
+        info = _InfoPipe()
+        argv = [self._prefix[0], "--info-fd", str(info.write_fd), *self._prefix[1:]]
         try:
             return run_capped(
                 [*argv, "/bin/sh", "-c", command],
@@ -194,13 +212,11 @@ class BwrapRuntime(Runtime):
                 timeout=timeout,
                 output_limit=self.config.output_limit,
                 output_kill_limit=self.config.output_kill_limit,
-                pass_fds=(info_write,),
-                after_exit=lambda: _await_namespace_end(info_read, info_write),
+                pass_fds=(info.write_fd,),
+                after_exit=info.await_namespace_end,
             )
         finally:
-            for fd in (info_read, info_write):
-                with suppress(OSError):
-                    os.close(fd)
+            info.close()
 
     def close(self) -> None:
         """Nothing runs between commands, so there is nothing to stop."""

@@ -1,0 +1,176 @@
+"""Sandbox throughput: latency of each operation and commands per second, per backend.
+
+For every backend present (bwrap, gvisor, process) this measures the median latency
+of sandbox creation, a command round trip (`true` through the `run` tool), snapshot
+(to a content-addressed tar.zst), fork and restore, and the commands per second an
+`EnvironmentService` pool sustains with many episodes' calls in flight. The named
+peer is a plain `subprocess.run(["/bin/sh", "-c", "true"])` measured in the same run:
+latencies are reported as multiples of its median, throughput as a fraction of the
+same thread pool running plain subprocesses.
+
+    uv run python packages/composer-infra/benchmarks/sandbox_throughput.py
+    uv run python packages/composer-infra/benchmarks/sandbox_throughput.py --backends bwrap --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from composer_infra.environment import EnvironmentConfig, EnvironmentService, ToolCallRequest
+from composer_infra.sandbox import Sandbox, SnapshotStore, Task, default_registry
+
+COMMAND = "true"
+TASK = Task(
+    task_id="bench",
+    instruction="benchmark",
+    files={
+        "calc.py": "def add(a, b):\n    return a + b\n",
+        "tests/test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        "README.md": "a small repository\n" * 50,
+    },
+)
+
+
+def median_seconds(action: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def subprocess_rate(calls: int, concurrency: int) -> float:
+    def one(_: int) -> None:
+        subprocess.run(["/bin/sh", "-c", COMMAND], check=True)
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        start = time.perf_counter()
+        list(pool.map(one, range(calls)))
+        return calls / (time.perf_counter() - start)
+
+
+def measure_backend(
+    name: str, work: Path, repeats: int, pool_size: int, calls: int, concurrency: int
+) -> dict[str, float]:
+    store = SnapshotStore(work / f"store-{name}")
+    made: list[Sandbox] = []
+
+    def create() -> None:
+        made.append(Sandbox.create(TASK, name, work_dir=work))
+
+    result = {"create": median_seconds(create, repeats)}
+    sandbox = made[0]
+    result["run"] = median_seconds(lambda: sandbox.run(COMMAND), repeats * 2)
+    snaps = []
+    result["snapshot"] = median_seconds(lambda: snaps.append(sandbox.snapshot(store)), repeats)
+    result["fork"] = median_seconds(lambda: made.append(sandbox.fork()), repeats)
+    result["restore"] = median_seconds(
+        lambda: made.append(Sandbox.restore(snaps[-1], store, work_dir=work)), repeats
+    )
+    for each in made:
+        each.close()
+
+    config = EnvironmentConfig(
+        backend=name,
+        warm_sandboxes=pool_size,
+        max_concurrency=concurrency,
+        work_dir=work / f"env-{name}",
+    )
+    with EnvironmentService(config) as service:
+        ids = [service.open(TASK) for _ in range(pool_size)]
+        requests = [
+            ToolCallRequest(
+                sandbox_id=ids[n % pool_size], tool="run", arguments={"command": COMMAND}
+            )
+            for n in range(calls)
+        ]
+        service.call_many(requests[:pool_size])  # warm up
+        start = time.perf_counter()
+        results = service.call_many(requests)
+        result["commands_per_s"] = calls / (time.perf_counter() - start)
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="*", default=["bwrap", "gvisor", "process"])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--pool", type=int, default=8, help="sandboxes in the pool")
+    parser.add_argument("--calls", type=int, default=200, help="commands for the rate")
+    parser.add_argument("--concurrency", type=int, default=8, help="calls in flight")
+    args = parser.parse_args()
+    console = Console(width=180)
+    warnings.simplefilter("ignore")
+    registry = default_registry()
+    backends = []
+    for name in args.backends:
+        reason = registry.backends()[name].unavailable_reason()
+        if reason:
+            console.print(f"[yellow]skipping {name}: {reason}")
+        else:
+            backends.append(name)
+
+    baseline = median_seconds(
+        lambda: subprocess.run(["/bin/sh", "-c", COMMAND], check=True), args.repeats * 2
+    )
+    baseline_rate = subprocess_rate(args.calls, args.concurrency)
+    rows: dict[str, dict[str, float]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="composer-bench-") as tmp,
+        Progress(console=console, transient=True) as progress,
+    ):
+        task = progress.add_task("backends", total=len(backends))
+        for name in backends:
+            progress.update(task, description=f"measuring {name}")
+            rows[name] = measure_backend(
+                name, Path(tmp), args.repeats, args.pool, args.calls, args.concurrency
+            )
+            progress.advance(task)
+
+    table = Table(
+        title=(
+            f"sandbox latency, median of {args.repeats} (x = multiple of subprocess.run "
+            f"{baseline * 1e3:.2f} ms); rate: {args.calls} `{COMMAND}` calls, pool "
+            f"{args.pool}, {args.concurrency} in flight (x = fraction of subprocess.run's "
+            f"{baseline_rate:.0f}/s)"
+        )
+    )
+    table.add_column("backend")
+    for column in ("create", "run", "snapshot", "fork", "restore"):
+        table.add_column(f"{column} ms (x)", justify="right")
+    table.add_column("commands/s (x)", justify="right")
+    table.add_row(
+        "subprocess.run",
+        "",
+        f"{baseline * 1e3:.2f} (1.0)",
+        "",
+        "",
+        "",
+        f"{baseline_rate:.0f} (1.00)",
+    )
+    for name, row in rows.items():
+        cells = [
+            f"{row[c] * 1e3:.1f} ({row[c] / baseline:.1f})"
+            for c in ("create", "run", "snapshot", "fork", "restore")
+        ]
+        rate = row["commands_per_s"]
+        table.add_row(name, *cells, f"{rate:.0f} ({rate / baseline_rate:.2f})")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
