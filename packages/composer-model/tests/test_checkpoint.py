@@ -54,6 +54,7 @@ def test_sharded_checkpoint_with_index(tmp_path: Path) -> None:
     assert len(set(index["weight_map"].values())) > 2
     loaded = load_pretrained(tmp_path, dtype=torch.bfloat16)
     assert loaded.embed_tokens.weight.dtype == torch.bfloat16
+    assert loaded.moe_layers[0].gate.e_score_correction_bias.dtype == torch.float32
     assert torch.equal(loaded.norm.weight.float(), model.norm.weight.bfloat16().float())
 
 

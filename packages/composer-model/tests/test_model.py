@@ -141,3 +141,19 @@ def test_quantized_expert_precision_needs_the_kernel_or_says_so() -> None:
         ref = reference(ids).logits
     rel = (out.detach() - ref).norm() / ref.norm()
     assert rel < 0.1  # NVFP4 forward: a few percent of error, not garbage
+
+
+def test_bfloat16_training_step_tracks_float32() -> None:
+    model = ComposerModel(micro_config())
+    low = ComposerModel(micro_config()).to(torch.bfloat16)
+    low.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 128, (2, 16))
+    ref = model(ids).logits
+    got = low(ids).logits
+    assert got.dtype == torch.bfloat16
+    assert (
+        low.moe_layers[0].gate.e_score_correction_bias.dtype == torch.float32
+    )  # bias stays precise
+    assert ((got.float() - ref).norm() / ref.norm()) < 0.05
+    got.float().logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in low.moe_layers[0].parameters())

@@ -234,8 +234,14 @@ def load_pretrained(
             raise CheckpointError(
                 f"{key}: checkpoint shape {tuple(tensor.shape)} but the config implies {tuple(expected[key].shape)}"
             )
-        if dtype is not None and tensor.is_floating_point():
+        if (
+            dtype is not None
+            and tensor.is_floating_point()
+            and not key.endswith("e_score_correction_bias")
+        ):
             state[key] = tensor.to(dtype)
+        elif key.endswith("e_score_correction_bias"):
+            state[key] = tensor.float()  # the balancing bias stays fp32 (see Router._apply)
     model.load_state_dict(state, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight

@@ -60,6 +60,17 @@ class Router(nn.Module):
             persistent=False,
         )
 
+    _FP32_BUFFERS = ("e_score_correction_bias", "tokens_per_expert")
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        """Dtype casts skip the bias and load counters: sign-rule steps of 1e-3 need fp32."""
+        kept = {name: self._buffers.pop(name) for name in self._FP32_BUFFERS}
+        super()._apply(fn, recurse)
+        for name, tensor in kept.items():
+            assert tensor is not None
+            self._buffers[name] = tensor.to(self.weight.device)
+        return self
+
     def scores(self, x: torch.Tensor) -> torch.Tensor:
         """Sigmoid affinities [N, E], in at least fp32."""
         dtype = torch.promote_types(x.dtype, torch.float32)
