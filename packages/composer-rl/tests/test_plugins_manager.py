@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
+from plugins_support import importable_plugins  # noqa: F401  (a fixture)
 from pydantic import ValidationError
 
 from composer_rewards import BUILTIN_PLUGINS, Episode, PluginSpecError, score_episode
@@ -44,7 +45,8 @@ def test_builtins_are_registered_and_configured() -> None:
     assert pm.get_plugin("length").settings.weight == 0.5
 
 
-def test_config_specs_are_registered_and_must_load(importable_plugins: Path) -> None:
+@pytest.mark.usefixtures("importable_plugins")
+def test_config_specs_are_registered_and_must_load() -> None:
     pm = build_plugin_manager(
         {"plugins": {"plugins": ["runtime_plugins:Bonus"]}, "runtime_test": {"bonus": 2.0}}
     )
@@ -115,6 +117,7 @@ def test_entry_points_can_be_turned_off(installed_entry_points: Path) -> None:
     assert not build_plugin_manager({"plugins": {"entry_points": False}}).has_plugin("fake-good")
 
 
+@pytest.mark.usefixtures("importable_plugins")
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -123,12 +126,11 @@ def test_entry_points_can_be_turned_off(installed_entry_points: Path) -> None:
         ("runtime_plugins:NotAPlugin", "is not a plugin"),
     ],
 )
-def test_validate_spec_checks_against_the_hookspecs(
-    importable_plugins: Path, spec: str, message: str
-) -> None:
+def test_validate_spec_checks_against_the_hookspecs(spec: str, message: str) -> None:
     with pytest.raises(PluginSpecError, match=message):
         validate_spec(spec)
 
 
-def test_validate_spec_lists_the_hooks(importable_plugins: Path) -> None:
+@pytest.mark.usefixtures("importable_plugins")
+def test_validate_spec_lists_the_hooks() -> None:
     assert validate_spec("runtime_plugins:Bonus") == ["composer_configure", "composer_reward"]

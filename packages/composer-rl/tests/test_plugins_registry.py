@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plugins_support import importable_plugins  # noqa: F401  (a fixture)
 
 from composer_rewards import Episode, score_episode
 from composer_rl.plugins import (
@@ -23,7 +24,8 @@ EPISODE = Episode(task="t")
 
 
 @pytest.fixture
-def registry(tmp_path: Path, importable_plugins: Path) -> PluginRegistry:
+def registry(tmp_path: Path, request: pytest.FixtureRequest) -> PluginRegistry:
+    request.getfixturevalue("importable_plugins")
     registry = PluginRegistry(build_plugin_manager(CONFIG), tmp_path / "run")
     registry.restore()
     return registry
@@ -115,9 +117,8 @@ def test_remove_by_name_by_spec_and_builtins(registry: PluginRegistry) -> None:
     assert (state.runtime_added, state.runtime_removed) == ({}, ["length"])
 
 
-def test_restore_replays_run_time_changes_after_a_restart(
-    tmp_path: Path, importable_plugins: Path
-) -> None:
+@pytest.mark.usefixtures("importable_plugins")
+def test_restore_replays_run_time_changes_after_a_restart(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     first = PluginRegistry(build_plugin_manager(CONFIG), run_dir)
     first.restore()

@@ -1,0 +1,157 @@
+"""`composer-rl plugins` against a job running in its own process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from plugins_support import Job, running_job, step_of_event, write_runtime_plugins
+
+from composer_rl.cli import main
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Job]:
+    """A running job that can import `runtime_plugins`; this test process cannot."""
+    plugin_dir = write_runtime_plugins(tmp_path / "plugin-src")
+    with running_job(tmp_path / "run", pythonpath=[plugin_dir]) as running:
+        yield running
+
+
+def cli(*args: str) -> int:
+    return main(["plugins", *args])
+
+
+def test_add_then_remove_is_recorded_with_the_step(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(job.run_dir)
+    assert cli("add", "--run", run, "runtime_plugins:Bonus", "--name", "bonus", "--wait", "60") == 0
+    out = capsys.readouterr().out
+    assert "runtime_plugins:Bonus implements composer_configure, composer_reward" in out
+    assert "'bonus' applied" in out
+
+    records = job.wait_for(lambda r: step_of_event(r, "add", "bonus") is not None)
+    added_at = step_of_event(records, "add", "bonus")
+    assert added_at is not None
+    (at_step,) = [r for r in records if r["step"] == added_at]
+    assert at_step["plugins/add/bonus"] == 1.0
+    # Scored from that step on, with the configuration the job started with.
+    assert all("reward/runtime_bonus" not in r for r in records if r["step"] < added_at)
+    assert at_step["reward/runtime_bonus"] == 0.5
+
+    assert cli("remove", "--run", run, "bonus", "--wait", "60") == 0
+    records = job.wait_for(lambda r: step_of_event(r, "remove", "bonus") is not None)
+    removed_at = step_of_event(records, "remove", "bonus")
+    assert removed_at is not None and removed_at > added_at
+    assert all("reward/runtime_bonus" not in r for r in records if r["step"] >= removed_at)
+
+    capsys.readouterr()
+    assert cli("list", "--run", run, "--json") == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["state"]["pid"] == job.process.pid
+    names = {p["name"] for p in listing["state"]["plugins"]}
+    assert "bonus" not in names and "correctness" in names
+    assert [(e["action"], e["name"], e["ok"]) for e in listing["recent"]] == [
+        ("add", "bonus", True),
+        ("remove", "bonus", True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_package.mod:Plugin", "cannot import module 'no_such_package.mod'"),
+        ("runtime_plugins:NotAPlugin", "is not a plugin"),
+        ("runtime_plugins:MisspelledHook", "unknown hook 'composer_rewrad'"),
+        ("runtime_plugins", "is not a plugin"),
+    ],
+)
+def test_a_bad_spec_is_refused_by_the_cli_and_the_job_goes_on(
+    job: Job, capsys: pytest.CaptureFixture[str], spec: str, message: str
+) -> None:
+    assert cli("add", "--run", str(job.run_dir), spec) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert f"the job's environment (pid {job.process.pid})" in err
+    assert not list((job.run_dir / "plugins" / "requests").iterdir())  # nothing queued
+    steps = len(job.records())
+    job.wait_steps(steps + 2)  # still running
+
+
+def test_the_check_uses_the_jobs_import_path(job: Job, capsys: pytest.CaptureFixture[str]) -> None:
+    # `runtime_plugins` is importable only in the job, and the check says it is fine.
+    with pytest.raises(ModuleNotFoundError):
+        __import__("runtime_plugins")
+    assert cli("add", "--run", str(job.run_dir), "runtime_plugins:Bonus") == 0
+    assert "queued add 'runtime_plugins:Bonus'" in capsys.readouterr().out
+
+
+def test_unchecked_bad_specs_are_rejected_by_the_job_which_goes_on(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(job.run_dir)
+    code = cli("add", "--run", run, "--no-check", "runtime_plugins:ExtraArgument", "--wait", "60")
+    assert code == 1
+    assert "rejected" in capsys.readouterr().err
+    records = job.wait_for(
+        lambda r: any("plugins/add_failed/runtime_plugins:ExtraArgument" in x for x in r)
+    )
+    (event,) = [e for r in records for e in r["plugin_events"]]
+    assert not event["ok"] and "temperature" in event["error"]
+    job.wait_steps(len(records) + 2)
+    assert "cannot add plugin" in job.output()
+
+
+def test_a_plugin_that_raises_is_named_in_the_metrics_and_the_job_goes_on(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        cli(
+            "add",
+            "--run",
+            str(job.run_dir),
+            "runtime_plugins:Broken",
+            "--name",
+            "broken",
+            "--wait",
+            "60",
+        )
+        == 0
+    )
+    records = job.wait_for(lambda r: sum("plugin_failure/broken" in x for x in r) >= 3)
+    failing = [r for r in records if "plugin_failure/broken" in r]
+    assert failing[0]["failures"][0]["kind"] == "raised"
+    assert "broken on purpose" in failing[0]["failures"][0]["message"]
+    assert failing[-1]["reward/correctness"] == 1.0  # the other rewards are intact
+    assert "'broken' raised in composer_reward" in job.output()
+
+
+def test_remove_of_an_unknown_plugin_and_a_missing_run_dir(
+    job: Job, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("remove", "--run", str(job.run_dir), "ghost") == 2
+    assert "the job has no plugin 'ghost'" in capsys.readouterr().err
+    assert cli("list", "--run", str(tmp_path / "nowhere")) == 2
+    assert "no run directory" in capsys.readouterr().err
+
+
+def test_the_console_script(job: Job) -> None:
+    completed = subprocess.run(
+        [
+            Path(sys.executable).with_name("composer-rl"),
+            "plugins",
+            "list",
+            "--run",
+            str(job.run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"job pid {job.process.pid}" in completed.stdout
+    assert "correctness" in completed.stdout
