@@ -13,6 +13,7 @@ from composer_model import (
     compute_loss,
     document_targets,
 )
+from composer_model.engine import sampling_logprobs
 from composer_model.losses import IGNORE, mtp_loss
 
 
@@ -102,9 +103,51 @@ def test_speculative_greedy_is_identical_to_plain_greedy() -> None:
     )
 
 
-def test_speculative_needs_mtp_and_greedy() -> None:
+def test_speculative_needs_mtp() -> None:
     with pytest.raises(ValueError, match="MTP"):
         InferenceEngine(ComposerModel(micro_config(num_nextn_predict_layers=0)), speculative=True)
-    engine = InferenceEngine(ComposerModel(micro_config()), speculative=True)
-    with pytest.raises(ValueError, match="greedy"):
-        engine.add_request([1, 2], SamplingParams(temperature=1.0))
+
+
+def test_speculative_sampling_reports_main_model_logprobs() -> None:
+    model = ComposerModel(micro_config()).double().eval()
+    params = SamplingParams(temperature=0.8, top_k=20, max_new_tokens=12, stop_token_ids=[], seed=5)
+    engine = InferenceEngine(model, speculative=True)
+    results = engine.generate([[3, 1, 4, 1, 5], [9, 2, 6]], params)
+    assert engine.stats.drafted > 0
+    for result in results:
+        full = torch.tensor([result.prompt_ids + result.token_ids])
+        with torch.no_grad():
+            logits = model(full).logits[0]
+        start = len(result.prompt_ids)
+        expected = [
+            float(sampling_logprobs(logits[start - 1 + i], params)[t])
+            for i, t in enumerate(result.token_ids)
+        ]
+        assert result.logprobs == pytest.approx(expected, abs=1e-6)  # sampling runs in fp32
+
+
+@pytest.mark.slow
+def test_speculative_sampling_matches_the_plain_distribution() -> None:
+    model = ComposerModel(micro_config()).double().eval()
+    with torch.no_grad():
+        model.mtp_modules[0].eh_proj.weight.normal_(0, 0.5)  # an imperfect draft: both branches run
+    prompt = [3, 1, 4, 1, 5]
+    runs = 600
+
+    def second_tokens(speculative: bool) -> torch.Tensor:
+        params = [
+            SamplingParams(temperature=1.0, top_k=4, max_new_tokens=2, stop_token_ids=[], seed=s)
+            for s in range(runs)
+        ]
+        engine = InferenceEngine(model, max_batch_size=64, speculative=speculative)
+        out = engine.generate([prompt] * runs, params)
+        if speculative:
+            assert 0 < engine.stats.accepted < engine.stats.drafted
+        return (
+            torch.bincount(torch.tensor([r.token_ids[1] for r in out]), minlength=128).double()
+            / runs
+        )
+
+    plain, fast = second_tokens(False), second_tokens(True)
+    total_variation = 0.5 * (plain - fast).abs().sum()
+    assert total_variation < 0.12

@@ -11,9 +11,10 @@ chose for it, so the trainer can replay them.
 flight keep their caches (computed under the old weights, as in PipelineRL) and the tokens
 sampled after the swap are stamped with the new version.
 
-With `speculative=True` (greedy only) the first MTP module drafts one token per step and
-the main model verifies it in the same forward that extends the sequence; the output is
-identical to plain greedy decoding.
+With `speculative=True` the first MTP module drafts one token per step and the main model
+verifies it in the same forward that extends the sequence. Greedy output is identical to plain
+greedy decoding; sampled output follows the same distribution (speculative sampling), and every
+token's log-probability is still under the main model's sampling distribution.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Literal
 import torch
 
 from composer_model.engine.cache import LatentKVCache
-from composer_model.engine.sampling import SamplingParams, sample
+from composer_model.engine.sampling import SamplingParams, sample, sampling_logprobs
 from composer_model.layers.moe import Routing
 from composer_model.model import ComposerModel
 from composer_model.tokenizer import ComposerTokenizer
@@ -67,6 +68,7 @@ class _Sequence:
     draft: int | None = None
     mtp_cached: int = 0
     pending_hidden: torch.Tensor | None = None  # main hidden states not yet fed to the MTP module
+    draft_logprobs: torch.Tensor | None = None  # the MTP head's sampling distribution for the draft
 
     @property
     def generated(self) -> list[int]:
@@ -171,8 +173,6 @@ class InferenceEngine:
             raise ValueError(f"prompt token ids must be in [0, {self.config.vocab_size})")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer")
-        if self.speculative and params.temperature != 0.0:
-            raise ValueError("speculative decoding is greedy only: set temperature=0")
         seed = (
             params.seed
             if params.seed is not None
@@ -362,7 +362,37 @@ class InferenceEngine:
             count = int(new_lengths[row])
             seq.mtp_cached += count
             seq.pending_hidden = None
-            seq.draft = int(logits[row, count - 1].argmax())
+            if seq.params.temperature == 0.0:
+                seq.draft = int(logits[row, count - 1].argmax())
+            else:
+                seq.draft_logprobs = sampling_logprobs(logits[row, count - 1].cpu(), seq.params)
+                seq.draft = int(
+                    torch.multinomial(seq.draft_logprobs.exp(), 1, generator=seq.generator)
+                )
+
+    def _verify(self, seq: _Sequence, logits: torch.Tensor, draft: int) -> tuple[int, float, bool]:
+        """Accept or replace the draft so that the emitted token is distributed exactly as `sample`.
+
+        Greedy: accept iff the draft is the argmax. Sampling (speculative sampling, Leviathan et
+        al. / Chen et al.): accept with probability min(1, p(d)/q(d)), otherwise draw from the
+        normalised residual max(0, p - q). Either way the token's reported log-probability is
+        under p, the main model's sampling distribution: the behaviour policy RL needs.
+        """
+        params = seq.params
+        target = sampling_logprobs(logits.cpu(), params)
+        if params.temperature == 0.0:
+            token = int(target.argmax())
+            return token, float(target[token]), token == draft
+        proposal = seq.draft_logprobs
+        assert proposal is not None
+        ratio = float((target[draft] - proposal[draft]).exp())
+        if float(torch.rand((), generator=seq.generator)) < ratio:
+            return draft, float(target[draft]), True
+        residual = (target.exp() - proposal.exp()).clamp(min=0.0)
+        if float(residual.sum()) <= 0.0:
+            residual = target.exp()
+        token = int(torch.multinomial(residual, 1, generator=seq.generator))
+        return token, float(target[token]), False
 
     def _speculate(self, seqs: list[_Sequence]) -> None:
         drafts = [[s.draft] if s.draft is not None else [] for s in seqs]
@@ -371,14 +401,13 @@ class InferenceEngine:
         for row, seq in enumerate(seqs):
             fed = int(new_lengths[row])  # 1 uncached token + the draft
             first = fed - 1 - len(drafts[row])  # row position predicting the draft's slot
-            token, logprob = sample(logits[row, first], seq.params, seq.generator)
             verified = first + 1  # positions whose hidden states are final
             if drafts[row]:
+                token, logprob, accepted = self._verify(seq, logits[row, first], drafts[row][0])
                 self.stats.drafted += 1
-                accepted = token == drafts[row][0]
-                if accepted:
-                    self.stats.accepted += 1
+                self.stats.accepted += int(accepted)
             else:
+                token, logprob = sample(logits[row, first], seq.params, seq.generator)
                 accepted = False
             self._append(seq, token, logprob)
             if accepted and seq.finish_reason is None:
