@@ -24,6 +24,8 @@ def test_hookspec_modules_include_rewards_and_skip_missing_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert "composer_rewards.hookspecs" in HOOKSPEC_MODULES
+    # Every package of this workspace is installed here, so every module is added.
+    assert add_hookspecs(pluggy.PluginManager("composer")) == HOOKSPEC_MODULES
     assert new_plugin_manager().project_name == "composer"
     pm = pluggy.PluginManager("composer")
     added = add_hookspecs(pm, ["composer_rewards.hookspecs", "composer_not_installed.hookspecs"])

@@ -30,7 +30,10 @@ from composer_rl.plugins.settings import PluginSettings
 logger = logging.getLogger(__name__)
 
 HOOKSPEC_MODULES: list[str] = [
-    "composer_rewards.hookspecs",
+    "composer_rewards.hookspecs",  # rewards and monitors, composer_configure
+    "composer_infra.sandbox.hookspecs",  # sandbox backends
+    "composer_infra.store.hookspecs",  # weight stores
+    "composer_rl.tasks.hookspecs",  # task sources
 ]
 """Modules whose ``@hookspec`` functions make up the ``composer`` project.
 
