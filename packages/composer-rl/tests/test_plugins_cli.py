@@ -155,3 +155,23 @@ def test_the_console_script(job: Job) -> None:
     )
     assert f"job pid {job.process.pid}" in completed.stdout
     assert "correctness" in completed.stdout
+
+
+def test_a_killed_job_comes_back_with_its_run_time_plugins(
+    job: Job, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(job.run_dir)
+    assert cli("add", "--run", run, "runtime_plugins:Bonus", "--name", "bonus", "--wait", "60") == 0
+    assert cli("remove", "--run", run, "length", "--wait", "60") == 0
+    job.process.kill()  # no clean shutdown
+    job.process.wait()
+    job.log.close()
+    (job.run_dir / "metrics.jsonl").rename(job.run_dir / "metrics-before-kill.jsonl")
+
+    plugin_dir = tmp_path / "plugin-src"
+    with running_job(job.run_dir, pythonpath=[plugin_dir]) as resumed:
+        first = resumed.records()[0]
+        restored = [(e["action"], e["name"], e["ok"]) for e in first["plugin_events"]]
+        assert restored == [("remove", "length", True), ("add", "bonus", True)]
+        assert first["reward/runtime_bonus"] == 0.5
+        assert "reward/length" not in first
