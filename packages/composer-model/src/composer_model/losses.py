@@ -19,15 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from composer_model.model import ComposerModel, ModelOutput
+from composer_model.model import ComposerModel, ModelOutput, document_ids
 
 IGNORE = -100
-
-
-def document_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
-    marks = torch.zeros(total, dtype=torch.long, device=cu_seqlens.device)
-    marks[cu_seqlens[1:-1].long()] = 1
-    return marks.cumsum(0)
 
 
 def document_targets(flat_ids: torch.Tensor, cu_seqlens: torch.Tensor, shift: int) -> torch.Tensor:

@@ -37,13 +37,16 @@ class ModelOutput:
     )
 
 
+def document_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """Index of the document each of the `total` packed tokens belongs to."""
+    marks = torch.zeros(total, dtype=torch.long, device=cu_seqlens.device)
+    marks[cu_seqlens[1:-1].long()] = 1
+    return marks.cumsum(0)
+
+
 def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """Positions restarting at 0 at every document start."""
-    starts = torch.zeros(total, dtype=torch.long, device=cu_seqlens.device)
-    doc = torch.zeros(total, dtype=torch.long, device=cu_seqlens.device)
-    doc[cu_seqlens[1:-1].long()] = 1
-    doc = doc.cumsum(0)
-    starts = cu_seqlens.long()[doc]
+    starts = cu_seqlens.long()[document_ids(cu_seqlens, total)]
     return torch.arange(total, device=cu_seqlens.device) - starts
 
 
@@ -266,4 +269,4 @@ class ComposerModel(nn.Module):
         return self.lm_head(self.norm(x)), x, routing
 
 
-__all__ = ["ComposerModel", "ModelOutput", "positions_from_cu_seqlens"]
+__all__ = ["ComposerModel", "ModelOutput", "document_ids", "positions_from_cu_seqlens"]
