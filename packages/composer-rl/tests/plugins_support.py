@@ -109,7 +109,7 @@ class Job:
         return [json.loads(line) for line in lines if line.endswith("}")]
 
     def wait_for(
-        self, predicate: Callable[[list[Record]], bool], timeout: float = 60.0
+        self, predicate: Callable[[list[Record]], bool], timeout: float = 120.0
     ) -> list[Record]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
