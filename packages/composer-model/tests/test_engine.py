@@ -157,3 +157,33 @@ def test_bad_requests_are_refused_with_a_reason() -> None:
         engine.update_weights({"nope": torch.zeros(1)}, version=1)
     result = engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=100, stop_token_ids=[]))[0]
     assert result.finish_reason == "length" and len(result.prompt_ids) + len(result.token_ids) == 16
+
+
+def test_a_bad_weight_update_changes_nothing() -> None:
+    model = _model()
+    engine = InferenceEngine(model, version=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    update = {
+        "norm.weight": torch.zeros(48, dtype=torch.float64),
+        "lm_head.weight": torch.zeros(5, 5),
+    }
+    with pytest.raises(ValueError, match="wrong shape"):
+        engine.update_weights(update, version=4)
+    assert engine.version == 3
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_abort_frees_the_slot_for_waiting_requests() -> None:
+    engine = InferenceEngine(_model(), max_batch_size=1)
+    params = SamplingParams(temperature=0.0, max_new_tokens=50, stop_token_ids=[])
+    long_one = engine.add_request(PROMPTS[0], params)
+    short = engine.add_request(PROMPTS[1], params.model_copy(update={"max_new_tokens": 2}))
+    engine.step()
+    assert engine.num_running == 1
+    assert engine.abort(long_one) and not engine.abort("nope")
+    finished = []
+    while engine.has_unfinished():
+        finished += engine.step()
+    assert [r.request_id for r in finished] == [short]
+    assert len(finished[0].token_ids) == 2

@@ -214,14 +214,42 @@ class InferenceEngine:
     # --- weights ------------------------------------------------------------------------
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Load new weights in place between steps; caches are kept, later tokens get `version`."""
+        """Load new weights in place between steps; caches are kept, later tokens get `version`.
+
+        A partial state dict (only the tensors that changed) is fine. Names and shapes are all
+        checked before anything is copied, so a bad update leaves the old weights intact.
+        """
         with self._lock:
-            missing, unexpected = self.model.load_state_dict(dict(state_dict), strict=False)
-            if unexpected:
-                raise KeyError(f"update_weights got unknown tensors: {sorted(unexpected)[:8]}")
-            # Partial updates are allowed (e.g. only changed tensors); nothing is left uninitialised.
-            del missing
+            current = self.model.state_dict()
+            unknown = sorted(set(state_dict) - set(current))
+            if unknown:
+                raise KeyError(f"update_weights got unknown tensors: {unknown[:8]}")
+            wrong = [
+                f"{k}: {tuple(v.shape)} != {tuple(current[k].shape)}"
+                for k, v in state_dict.items()
+                if v.shape != current[k].shape
+            ]
+            if wrong:
+                raise ValueError(f"update_weights got tensors of the wrong shape: {wrong[:8]}")
+            with torch.no_grad():
+                for key, value in state_dict.items():
+                    current[key].copy_(value)
             self.version = version
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a waiting or running request (its slot is freed); False if it is unknown."""
+        with self._lock:
+            for seq in self._waiting:
+                if seq.request_id == request_id:
+                    self._waiting.remove(seq)
+                    return True
+            for seq in self._running:
+                if seq.request_id == request_id:
+                    self._running.remove(seq)
+                    self.cache.free(seq.slot)
+                    self.mtp_cache.free(seq.slot)
+                    return True
+            return False
 
     # --- stepping -----------------------------------------------------------------------
 
