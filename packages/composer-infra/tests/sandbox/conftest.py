@@ -53,7 +53,14 @@ def backend_unavailable(name: str) -> str | None:
     return default_registry().backends()[name].unavailable_reason()
 
 
-@pytest.fixture(params=BACKENDS)
+# gVisor runs every command through `runsc exec` (about ten times bwrap's latency), so its
+# share of the suite is `slow`: `nox -s tests` runs it, the Python-version matrix does not.
+BACKEND_PARAMS = [
+    pytest.param(name, marks=pytest.mark.slow) if name == "gvisor" else name for name in BACKENDS
+]
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     reason = backend_unavailable(name)

@@ -13,10 +13,13 @@ from composer_infra.sandbox import Sandbox, SnapshotStore
 
 MakeSandbox = Callable[..., Sandbox]
 
-pytestmark = pytest.mark.skipif(
-    backend_unavailable("gvisor") is not None,
-    reason=f"gVisor (runsc) is not available here: {backend_unavailable('gvisor')}",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        backend_unavailable("gvisor") is not None,
+        reason=f"gVisor (runsc) is not available here: {backend_unavailable('gvisor')}",
+    ),
+]
 
 # A counter that lives only in memory: it never reads the file it appends to. A random
 # token fixed at start-up tells this process's lines from those of a restarted one.

@@ -106,6 +106,7 @@ def test_crafted_archive_cannot_escape(tmp_path: Path) -> None:
     assert not (tmp_path / "escaped.txt").exists()
 
 
+@pytest.mark.slow
 def test_memory_snapshot_needs_a_memory_backend(tmp_path: Path) -> None:
     from conftest import backend_unavailable
 
