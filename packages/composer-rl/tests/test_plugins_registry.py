@@ -100,7 +100,7 @@ def test_remove_by_name_by_spec_and_builtins(registry: PluginRegistry) -> None:
 
     submit(run_dir, "remove", "runtime_plugins:Bonus")  # by spec
     submit(run_dir, "remove", "broken")  # by name
-    submit(run_dir, "remove", "length")  # a built-in
+    submit(run_dir, "remove", "composer_rewards.rewards.length:LengthPenalty")  # a built-in
     submit(run_dir, "remove", "ghost")
     events = registry.step_boundary(2)
     assert [(e.name, e.ok) for e in events] == [

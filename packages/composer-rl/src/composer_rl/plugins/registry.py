@@ -4,7 +4,8 @@ The job calls :meth:`PluginRegistry.step_boundary` between steps. It applies eve
 that ``composer-rl plugins add|remove`` queued since the last call, in order, and returns
 what happened as :class:`PluginEvent` s for the job's metrics. A request that cannot be
 applied (the module does not import, the object is not a plugin, a hook does not fit its
-spec, the name is taken) is answered with the error and changes nothing: the job goes on.
+spec, the name is taken) is answered with the error and changes nothing: the job goes on,
+even in a strict run (strictness is about plugins failing while they score episodes).
 
 Run-time changes are kept in ``state.json`` and replayed by :meth:`PluginRegistry.restore`
 when the job restarts from the same run directory, so a plugin added at step 500 is still
@@ -116,9 +117,9 @@ class PluginRegistry:
     def _resolve_name(self, target: str) -> str | None:
         if self.pm.has_plugin(target):
             return target
-        for name, spec in self.runtime_added.items():
-            if spec == target:
-                return name
+        for plugin in self.registered():
+            if plugin.spec == target:
+                return plugin.name
         return None
 
     def _remove(self, target: str, step: int, request_id: str = "") -> PluginEvent:
