@@ -3,7 +3,8 @@
     uv run python packages/composer-kernels/benchmarks/bench_quantize.py [--rows 2048 --cols 4096]
 
 GB/s counts the bytes of the high-precision input read once. The ratio is ours /
-torchao (above 1: we are faster). Medians over --repeats runs after a warm-up. On a
+torchao (above 1: we are faster). Medians over --repeats runs after a warm-up, ours and
+torchao timed alternately so that both see the same machine load. On a
 CUDA machine both sides run on the GPU (ours through the Triton kernels).
 """
 
@@ -19,18 +20,27 @@ import torch
 from composer_kernels.formats import mx_quantize, nvfp4_quantize
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
-    fn()  # warm-up (and Triton compilation)
-    times = []
+def _seconds(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _paired_medians(
+    a: Callable[[], object], b: Callable[[], object], repeats: int, device: torch.device
+) -> tuple[float, float]:
+    """Median seconds of `a` and of `b`, timed alternately so both see the same load."""
+    a()  # warm-up (and Triton compilation)
+    b()
+    times_a, times_b = [], []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        times_a.append(_seconds(a, device))
+        times_b.append(_seconds(b, device))
+    return statistics.median(times_a), statistics.median(times_b)
 
 
 def main() -> None:
@@ -82,8 +92,7 @@ def main() -> None:
     print(f"device={device} threads={torch.get_num_threads()} x={tuple(x.shape)} {dtype}")
     print(f"{'format':<20} {'ours GB/s':>10} {'torchao GB/s':>13} {'ratio':>7}")
     for name, ours, theirs in cases:
-        t_ours = _median_seconds(ours, args.repeats, device)
-        t_theirs = _median_seconds(theirs, args.repeats, device)
+        t_ours, t_theirs = _paired_medians(ours, theirs, args.repeats, device)
         print(
             f"{name:<20} {gigabytes / t_ours:>10.3f} {gigabytes / t_theirs:>13.3f} "
             f"{t_theirs / t_ours:>7.2f}"
