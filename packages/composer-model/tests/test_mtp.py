@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import micro_config
@@ -151,3 +153,19 @@ def test_speculative_sampling_matches_the_plain_distribution() -> None:
     plain, fast = second_tokens(False), second_tokens(True)
     total_variation = 0.5 * (plain - fast).abs().sum()
     assert total_variation < 0.12
+
+
+def test_two_mtp_depths_chain_train_and_round_trip(tmp_path: Path) -> None:
+    model = ComposerModel(micro_config(num_nextn_predict_layers=2)).train()
+    ids = torch.randint(0, 128, (2, 16))
+    result = compute_loss(model, ids, mtp_weight=1.0, mtp_target="next_next")
+    assert result.output.mtp_logits is not None and len(result.output.mtp_logits) == 2
+    result.loss.backward()
+    assert all(m.eh_proj.weight.grad is not None for m in model.mtp_modules)
+    save_pretrained(model, tmp_path)
+    loaded = load_pretrained(tmp_path).eval()
+    model.eval()
+    with torch.no_grad():
+        a, b = model(ids, return_mtp=True), loaded(ids, return_mtp=True)
+    assert a.mtp_logits is not None and b.mtp_logits is not None
+    assert torch.equal(a.mtp_logits[1], b.mtp_logits[1])
