@@ -101,3 +101,18 @@ def test_choosing_triton_for_unsupported_options_is_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match="Triton kernel does not support"):
         nvfp4_quantize(torch.zeros(16, 16), scale_mode="per_tensor", backend="triton")
+
+
+def test_auto_stays_on_pytorch_for_cpu_tensors_and_triton_on_cpu_needs_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from composer_kernels.formats import mx_quantize
+    from composer_kernels.triton_kernels import use_triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not use_triton(torch.zeros(4))
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        mx_quantize(torch.zeros(2, 32), backend="triton")

@@ -141,11 +141,12 @@ def mx_quantize(
 def _pick_triton(x: torch.Tensor, backend: Backend, supported: bool) -> bool:
     if backend == "torch":
         return False
-    from composer_kernels.triton_kernels import use_triton
+    from composer_kernels.triton_kernels import check_triton_runs_on, use_triton
 
     if backend == "triton":
         if not supported:
             raise ValueError("the Triton kernel does not support these options")
+        check_triton_runs_on(x)
         return True
     return supported and x.dtype in (torch.float32, torch.bfloat16, torch.float16) and use_triton(x)
 

@@ -17,11 +17,21 @@ def triton_available() -> bool:
 
 
 def use_triton(x: torch.Tensor) -> bool:
-    """Whether the quantizers should run their Triton kernel on `x`."""
+    """Whether `backend="auto"` runs the Triton kernel on `x`: CUDA tensors only."""
     if os.environ.get("COMPOSER_KERNELS_NO_TRITON") == "1":
         return False
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    return (x.is_cuda or interpret) and triton_available()
+    return x.is_cuda and triton_available()
 
 
-__all__ = ["triton_available", "use_triton"]
+def check_triton_runs_on(x: torch.Tensor) -> None:
+    """For `backend="triton"`: a CUDA tensor, or any tensor under TRITON_INTERPRET=1."""
+    if not triton_available():
+        raise ValueError("backend='triton' needs Triton installed; use backend='torch'")
+    if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "backend='triton' needs a CUDA tensor (or TRITON_INTERPRET=1 to run the kernel "
+            "in Triton's interpreter on the CPU); use backend='auto' or 'torch'"
+        )
+
+
+__all__ = ["check_triton_runs_on", "triton_available", "use_triton"]
