@@ -14,6 +14,8 @@ from composer_model import (
     SamplingParams,
     compute_loss,
     document_targets,
+    load_pretrained,
+    save_pretrained,
 )
 from composer_model.engine import sampling_logprobs
 from composer_model.losses import IGNORE, mtp_loss
