@@ -24,7 +24,10 @@ SCRIPT = textwrap.dedent(
     import torch
     warnings.filterwarnings("ignore")
     from composer_kernels.formats import mx_quantize, nvfp4_quantize
-    from composer_kernels.triton_kernels._nvfp4 import nvfp4_quantize_per_token
+    from composer_kernels.triton_kernels._nvfp4 import (
+        nvfp4_quantize_per_tensor,
+        nvfp4_quantize_per_token,
+    )
 
     def edge_rows(x):
         x[0, 3] = math.nan
@@ -62,7 +65,15 @@ SCRIPT = textwrap.dedent(
                 and torch.equal(scales, r.block_scales.view(torch.uint8))
                 and torch.equal(g.view(torch.int32), r.global_scale.view(torch.int32))
             )
+            data, scales, g = nvfp4_quantize_per_tensor(x, blocks_per_step=step)
+            r = nvfp4_quantize(x, scale_mode="per_tensor", backend="torch")
+            results[key.replace("nvfp4", "nvfp4-per-tensor")] = (
+                torch.equal(data, r.data)
+                and torch.equal(scales, r.block_scales.view(torch.uint8))
+                and torch.equal(g.view(torch.int32), r.global_scale.view(torch.int32))
+            )
         auto = nvfp4_quantize(x, backend="triton")
+        r = nvfp4_quantize(x, backend="torch")
         results[f"nvfp4-public-{str(dtype)[6:]}"] = torch.equal(auto.data, r.data)
     print(json.dumps(results))
     """
@@ -81,8 +92,9 @@ def interpreter_results() -> dict[str, bool]:
 
 
 def test_every_case_ran(interpreter_results: dict[str, bool]) -> None:
-    # MX: 8 float32 (2 formats x 2 rules x 2 dims) + 4 bfloat16; NVFP4: 3 shapes x 2 dtypes + 2.
-    assert len(interpreter_results) == 12 + 6 + 2
+    # MX: 8 float32 (2 formats x 2 rules x 2 dims) + 4 bfloat16; NVFP4: 3 shapes x 2 dtypes
+    # x 2 scale modes + 2 through the public function.
+    assert len(interpreter_results) == 12 + 12 + 2
 
 
 @pytest.mark.parametrize("kind", ["mx", "nvfp4"])
@@ -100,7 +112,9 @@ def test_choosing_triton_for_unsupported_options_is_a_clear_error() -> None:
     from composer_kernels.formats import nvfp4_quantize
 
     with pytest.raises(ValueError, match="Triton kernel does not support"):
-        nvfp4_quantize(torch.zeros(16, 16), scale_mode="per_tensor", backend="triton")
+        nvfp4_quantize(
+            torch.zeros(16, 16), scale_mode="per_tensor", block_2d=True, backend="triton"
+        )
 
 
 def test_auto_stays_on_pytorch_for_cpu_tensors_and_triton_on_cpu_needs_the_interpreter(

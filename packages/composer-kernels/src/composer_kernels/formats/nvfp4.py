@@ -158,26 +158,26 @@ def nvfp4_quantize(
     `stochastic_rounding` draws from a generator seeded with `seed` (required), so a
     gradient quantization can be replayed. `hadamard_seed` applies the random
     Hadamard transform of that seed before quantizing. `backend="auto"` runs the Triton
-    kernel (per-token, no options) for CUDA tensors when Triton is installed.
+    kernel (per-token or per-tensor, without the other options) for CUDA tensors when Triton is installed.
     """
     _validate(x, scale_mode, block_2d)
     if stochastic_rounding and seed is None:
         raise ValueError("stochastic_rounding needs a seed, so the rounding can be reproduced")
-    plain = (
-        scale_mode == "per_token"
-        and not block_2d
-        and not stochastic_rounding
-        and hadamard_seed is None
-    )
+    plain = not block_2d and not stochastic_rounding and hadamard_seed is None
     if _pick_triton(x, backend, plain):
-        from composer_kernels.triton_kernels._nvfp4 import nvfp4_quantize_per_token
+        from composer_kernels.triton_kernels import _nvfp4 as kernels
 
-        data, scale_codes, g = nvfp4_quantize_per_token(x)
+        run = (
+            kernels.nvfp4_quantize_per_token
+            if scale_mode == "per_token"
+            else kernels.nvfp4_quantize_per_tensor
+        )
+        data, scale_codes, g = run(x)
         return NVFP4Tensor(
             data=data,
             block_scales=scale_codes.view(torch.float8_e4m3fn),
             global_scale=g,
-            scale_mode="per_token",
+            scale_mode=scale_mode,
         )
     xf = x.float()
     if hadamard_seed is not None:

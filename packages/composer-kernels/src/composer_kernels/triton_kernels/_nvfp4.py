@@ -1,8 +1,10 @@
-"""Triton per-token NVFP4 quantizer: one program a row, two passes over the row.
+"""Triton NVFP4 quantizer: one program a row, two passes over the row.
 
-Pass 1 finds the row's amax (the second-level scale g = amax / 2688); pass 2 writes
-E4M3 block scales and packed E2M1 pairs, reading even and odd elements separately so
-that each pair lands in one byte without a shuffle.
+Per token, pass 1 finds the row's amax (the second-level scale g = amax / 2688); per
+tensor, g comes in precomputed (one reduction over the matrix in PyTorch, the same
+code the reference runs) and pass 1 is skipped. Pass 2 writes E4M3 block scales and
+packed E2M1 pairs, reading even and odd elements separately so that each pair lands in
+one byte without a shuffle.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def _nvfp4_per_token_kernel(
     scale_ptr,
     global_ptr,
     K,
+    GIVEN_G: tl.constexpr,
     GLOBAL_DIVISOR: tl.constexpr,
     BLOCKS_PER_STEP: tl.constexpr,
     S_MBITS: tl.constexpr,
@@ -51,19 +54,22 @@ def _nvfp4_per_token_kernel(
     STEP: tl.constexpr = BLOCKS_PER_STEP * 16
     lanes = tl.arange(0, STEP)
 
-    # Pass 1: the row's amax, with NaN tracked explicitly (GPU max drops NaN).
-    amax = tl.zeros((STEP,), dtype=tl.float32)
-    nan_seen = tl.zeros((STEP,), dtype=tl.int32)
-    for start in range(0, K, STEP):
-        idx = start + lanes
-        x = tl.load(x_row + idx, mask=idx < K, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(x))
-        nan_seen = tl.maximum(nan_seen, (x != x).to(tl.int32))
-    row_amax = tl.max(amax, axis=0)
-    g = tl.math.div_rn(row_amax, GLOBAL_DIVISOR)
-    g = tl.where(row_amax == 0.0, 1.0, g)
-    g = tl.where(tl.max(nan_seen, axis=0) > 0, float("nan"), g)
-    tl.store(global_ptr + row, g)
+    if GIVEN_G:
+        g = tl.load(global_ptr + row)
+    else:
+        # Pass 1: the row's amax, with NaN tracked explicitly (GPU max drops NaN).
+        amax = tl.zeros((STEP,), dtype=tl.float32)
+        nan_seen = tl.zeros((STEP,), dtype=tl.int32)
+        for start in range(0, K, STEP):
+            idx = start + lanes
+            x = tl.load(x_row + idx, mask=idx < K, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(x))
+            nan_seen = tl.maximum(nan_seen, (x != x).to(tl.int32))
+        row_amax = tl.max(amax, axis=0)
+        g = tl.math.div_rn(row_amax, GLOBAL_DIVISOR)
+        g = tl.where(row_amax == 0.0, 1.0, g)
+        g = tl.where(tl.max(nan_seen, axis=0) > 0, float("nan"), g)
+        tl.store(global_ptr + row, g)
 
     # Pass 2: blocks of 16 as [blocks, 8] even and [blocks, 8] odd elements.
     block_ids = tl.arange(0, BLOCKS_PER_STEP)
@@ -124,6 +130,24 @@ def nvfp4_quantize_per_token(
     x: torch.Tensor, blocks_per_step: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(packed E2M1 uint8 [..., K/2], E4M3 block-scale codes uint8 [..., K/16], g [..., 1])."""
+    return _launch(x, None, blocks_per_step)
+
+
+def nvfp4_quantize_per_tensor(
+    x: torch.Tensor, blocks_per_step: int = 16
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """As `nvfp4_quantize_per_token` with one g per matrix (leading dims: a batch of
+    matrices); g has shape [..., 1, 1]."""
+    from composer_kernels.formats.nvfp4 import nvfp4_global_scale
+
+    g = nvfp4_global_scale(x, "per_tensor")
+    data, scales, _ = _launch(x, g, blocks_per_step)
+    return data, scales, g
+
+
+def _launch(
+    x: torch.Tensor, given_g: torch.Tensor | None, blocks_per_step: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if x.shape[-1] % 16 != 0:
         raise ValueError(f"the last dimension ({x.shape[-1]}) must be a multiple of 16")
     x = x.contiguous()
@@ -131,7 +155,10 @@ def nvfp4_quantize_per_token(
     rows = x.numel() // k if k else 0
     data = torch.empty((*x.shape[:-1], k // 2), dtype=torch.uint8, device=x.device)
     scales = torch.empty((*x.shape[:-1], k // 16), dtype=torch.uint8, device=x.device)
-    g = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    if given_g is None:
+        g = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    else:
+        g = given_g.expand(*x.shape[:-1], 1).contiguous()  # one g a row
     if rows == 0:
         return data, scales, g
     _nvfp4_per_token_kernel[(rows,)](
@@ -140,6 +167,7 @@ def nvfp4_quantize_per_token(
         scales,
         g,
         k,
+        GIVEN_G=given_g is not None,
         GLOBAL_DIVISOR=NVFP4_GLOBAL_DIVISOR,
         BLOCKS_PER_STEP=blocks_per_step,
         **_E4M3,
