@@ -1,0 +1,36 @@
+"""Command-line options shared by the stage commands (pretrain, sft, stage1)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from composer_rl.stages.config import Stage1Config, load_stage1_config
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/stage1"), help="run directory")
+    parser.add_argument("--config", type=Path, help="JSON file with Stage1Config fields")
+    parser.add_argument("--preset", help="model preset (default: tiny)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_phase(parser: argparse.ArgumentParser, phase: str, label: str) -> None:
+    group = parser.add_argument_group(label)
+    flag = phase.replace("_", "-")
+    group.add_argument(f"--{flag}-steps", dest=f"{phase}.steps", type=int)
+    group.add_argument(f"--{flag}-seq-len", dest=f"{phase}.seq_len", type=int)
+    group.add_argument(f"--{flag}-rows", dest=f"{phase}.rows_per_step", type=int)
+    group.add_argument(f"--{flag}-lr", dest=f"{phase}.optim.lr", type=float)
+    group.add_argument(
+        f"--{flag}-time-limit", dest=f"{phase}.time_limit_s", type=float, help="seconds"
+    )
+
+
+def stage1_config(args: argparse.Namespace) -> Stage1Config:
+    overrides = {k: v for k, v in vars(args).items() if "." in k or k in ("preset", "threads")}
+    overrides["run_dir"] = args.run_dir
+    if getattr(args, "corpus", None) is not None:
+        overrides["corpus.path"] = args.corpus
+    return load_stage1_config(args.config, **overrides)

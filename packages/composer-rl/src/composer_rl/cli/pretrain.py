@@ -1,0 +1,44 @@
+"""``composer-rl pretrain``: continued pretraining, then the long-context phase."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "pretrain",
+        help="next-token pretraining on a code corpus, then the long-context phase",
+        description=(
+            "Pretrain the policy on a corpus (default: this machine's Python standard "
+            "library), with MTP joining mid-run, then continue at a longer sequence length "
+            "with YaRN. Finished phases are reused; a killed phase resumes."
+        ),
+    )
+    add_common(parser)
+    parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
+    parser.add_argument(
+        "--skip-long-context", action="store_true", help="stop after the base phase"
+    )
+    add_phase(parser, "pretrain", "base phase")
+    add_phase(parser, "long_context", "long-context phase")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from composer_rl.stages.pretrain import run_long_context, run_pretrain
+
+    config = stage1_config(args)
+    console = Console()
+    summary = run_pretrain(config, show_progress=not args.no_progress)
+    console.print_json(json.dumps(summary))
+    if not args.skip_long_context:
+        summary = run_long_context(config, show_progress=not args.no_progress)
+        console.print_json(json.dumps(summary))
+    return 0

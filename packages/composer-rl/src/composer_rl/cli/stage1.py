@@ -1,0 +1,53 @@
+"""``composer-rl stage1``: the whole default stage one (pretrain, long context, SFT)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "stage1",
+        help="pretrain + long context + SFT with the defaults (reuses finished phases)",
+    )
+    add_common(parser)
+    parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
+    for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
+        add_phase(parser, phase, f"{label} phase")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from composer_rl.stages.pretrain import run_long_context, run_pretrain
+    from composer_rl.stages.sft import run_sft
+
+    config = stage1_config(args)
+    progress = not args.no_progress
+    summaries = [
+        run_pretrain(config, progress),
+        run_long_context(config, progress),
+        run_sft(config, progress),
+    ]
+    table = Table(title=f"stage one in {config.run_dir}")
+    for column in ("phase", "steps", "seconds", "held-out CE", "MTP acceptance"):
+        table.add_column(column)
+    for s in summaries:
+        acceptance = s.get("mtp_acceptance")
+        table.add_row(
+            s["phase"],
+            str(s["steps"]),
+            f"{s['seconds']:.0f}",
+            f"{s.get('heldout_ce', float('nan')):.3f}",
+            f"{acceptance:.3f}" if acceptance is not None else "-",
+        )
+    Console().print(table)
+    out = config.run_dir / "stage1.json"
+    out.write_text(json.dumps(summaries, indent=2) + "\n")
+    return 0

@@ -1,0 +1,157 @@
+"""Typed configuration of the stage-one phases (continued pretraining, long context, SFT).
+
+Defaults are sized for the `tiny` preset on a 2-core CPU box: the three phases together fit
+the 10-minute budget of the default pipeline. Every field can be changed from the command
+line (`composer-rl pretrain --help`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class OptimConfig(BaseModel):
+    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(default=3e-3, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=10, ge=0)
+    weight_decay: float = Field(default=0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(default=1.0, gt=0)
+
+
+class PhaseConfig(BaseModel):
+    """One training phase writing to its own run directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    steps: int = Field(gt=0)
+    seq_len: int = Field(gt=8)
+    rows_per_step: int = Field(default=8, gt=0, description="Packed rows of seq_len per step.")
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval_every: int = Field(default=20, gt=0)
+    eval_rows: int = Field(default=16, gt=0, description="Held-out rows per evaluation.")
+    checkpoint_every: int = Field(default=20, gt=0)
+    keep_checkpoints: int = Field(default=2, gt=0)
+    mtp_weight: float = Field(default=0.3, ge=0)
+    mtp_join_step: int | None = Field(
+        default=None,
+        description="Step from which the MTP loss is on (None: from the start of the phase; "
+        "a value past `steps` keeps it off).",
+    )
+    seed: int = 0
+    time_limit_s: float | None = Field(
+        default=None, gt=0, description="Stop early (after a checkpoint) past this many seconds."
+    )
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> PhaseConfig:
+        if self.optim.warmup_steps >= self.steps:
+            raise ValueError(
+                f"phase {self.name}: warmup_steps ({self.optim.warmup_steps}) must be below "
+                f"steps ({self.steps})"
+            )
+        return self
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.rows_per_step * self.seq_len
+
+
+class CorpusConfig(BaseModel):
+    """Where pretraining text comes from. None: the Python standard library on this machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path | None = None
+    heldout_fraction: float = Field(default=0.05, gt=0, lt=1)
+    max_train_chars: int = Field(default=6_000_000, gt=0)
+    max_heldout_chars: int = Field(default=600_000, gt=0)
+    tokenizer_chars: int = Field(default=2_000_000, gt=0)
+    vocab_size: int = Field(default=4096, ge=300)
+
+
+class Stage1Config(BaseModel):
+    """The whole default pipeline: base pretraining, long context, SFT."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: Path = Path("runs/stage1")
+    preset: str = "tiny"
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    pretrain: PhaseConfig = Field(
+        default_factory=lambda: PhaseConfig(
+            name="pretrain",
+            steps=80,
+            seq_len=256,
+            rows_per_step=8,
+            mtp_join_step=40,
+            time_limit_s=330,
+        )
+    )
+    long_context: PhaseConfig = Field(
+        default_factory=lambda: PhaseConfig(
+            name="long_context",
+            steps=16,
+            seq_len=1024,
+            rows_per_step=2,
+            eval_every=8,
+            eval_rows=4,
+            checkpoint_every=8,
+            time_limit_s=100,
+            optim=OptimConfig(lr=1e-3, warmup_steps=2),
+        )
+    )
+    long_context_factor: float = Field(default=4.0, gt=1)
+    sft: PhaseConfig = Field(
+        default_factory=lambda: PhaseConfig(
+            name="sft",
+            steps=60,
+            seq_len=512,
+            rows_per_step=4,
+            eval_every=20,
+            eval_rows=8,
+            time_limit_s=120,
+            optim=OptimConfig(lr=2e-3, warmup_steps=5, weight_decay=0.0),
+        )
+    )
+    sft_max_tasks: int = Field(default=2000, gt=0)
+    threads: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _long_context_is_longer(self) -> Stage1Config:
+        if self.long_context.seq_len <= self.pretrain.seq_len:
+            raise ValueError(
+                f"long_context.seq_len ({self.long_context.seq_len}) must exceed "
+                f"pretrain.seq_len ({self.pretrain.seq_len})"
+            )
+        return self
+
+
+def load_stage1_config(path: Path | None = None, **overrides: object) -> Stage1Config:
+    """A Stage1Config from an optional JSON file, then dotted overrides such as
+    ``{"pretrain.steps": 10}`` (None values are ignored), validated as a whole."""
+    import json
+
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"config file {path}: {exc}") from exc
+    base = Stage1Config.model_validate(data).model_dump()
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = base
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return Stage1Config.model_validate(base)

@@ -1,0 +1,133 @@
+"""Continued pretraining and the long-context phase.
+
+`run_pretrain` trains the policy from scratch (the tiny default) on the corpus at
+`pretrain.seq_len`, with the MTP module joining at `pretrain.mtp_join_step` and then trained
+by self-distillation onto the main head. `run_long_context` continues at
+`long_context.seq_len` with YaRN rope scaling (factor `long_context_factor` over the
+pretraining length) and measures held-out loss per position bucket before and after, so the
+gain at long positions is visible (`position_loss.png`, `result.json`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
+from composer_rl.stages.config import Stage1Config
+from composer_rl.stages.data import tokenizer_and_tokens
+from composer_rl.stages.loop import evaluate, train_phase
+from composer_rl.stages.metrics import plot_position_loss
+from composer_rl.stages.packing import PackedRows, pack_documents
+from composer_rl.stages.phases import export_final, final_dir, read_result
+
+
+def _set_threads(config: Stage1Config) -> None:
+    if config.threads:
+        torch.set_num_threads(config.threads)
+
+
+def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+    _set_threads(config)
+    phase_dir = config.run_dir / config.pretrain.name
+    done = read_result(phase_dir)
+    if done is not None:
+        return done
+    began = time.monotonic()
+    tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
+    eos = tokenizer.eos_id
+    train = pack_documents(train_docs, config.pretrain.seq_len, eos)
+    heldout = pack_documents(heldout_docs, config.pretrain.seq_len, eos)
+    torch.manual_seed(config.pretrain.seed)
+    model = ComposerModel(preset(config.preset, vocab_size=tokenizer.vocab_size))
+    result = train_phase(
+        model, config.pretrain, train, heldout, phase_dir, show_progress=show_progress
+    )
+    summary: dict[str, Any] = {
+        "phase": config.pretrain.name,
+        "steps": result.steps_done,
+        "stopped_by_time_limit": result.stopped_early,
+        "seconds": time.monotonic() - began,
+        "parameters": model.num_parameters(),
+        "parameters_with_mtp": model.num_parameters(include_mtp=True),
+        "train_tokens_available": int(train.tokens.numel()),
+        **result.final_eval,
+    }
+    export_final(model, tokenizer, phase_dir, summary)
+    return summary
+
+
+def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: int) -> PackedRows:
+    """Held-out documents at least `seq_len` long, one per row, so every position is real
+    context (falls back to ordinary packing when the corpus has too few long files)."""
+    long_docs = [d[: seq_len - 1] for d in heldout_docs if len(d) >= seq_len - 1][:max_rows]
+    if long_docs:
+        return pack_documents(long_docs, seq_len, eos, split_documents=False)
+    return pack_documents(heldout_docs, seq_len, eos)
+
+
+def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+    _set_threads(config)
+    phase = config.long_context
+    phase_dir = config.run_dir / phase.name
+    done = read_result(phase_dir)
+    if done is not None:
+        return done
+    began = time.monotonic()
+    source = final_dir(config.run_dir / config.pretrain.name)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source}: run the pretrain phase first (composer-rl pretrain)")
+    tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
+    eos = tokenizer.eos_id
+    base = load_pretrained(source)
+    scaled = base.config.model_copy(
+        update={
+            "rope_scaling": YarnScaling(
+                factor=config.long_context_factor,
+                original_max_position_embeddings=config.pretrain.seq_len,
+            ),
+            "max_position_embeddings": max(phase.seq_len, base.config.max_position_embeddings),
+        }
+    )
+    train = pack_documents(train_docs, phase.seq_len, eos)
+    probe = long_rows(heldout_docs, phase.seq_len, eos, max_rows=phase.eval_rows)
+    bucket = config.pretrain.seq_len // 2
+    before_plain = evaluate(base, probe, phase.eval_rows, phase.rows_per_step, bucket=bucket)
+    model = load_pretrained(source, config=scaled)
+    before_yarn = evaluate(model, probe, phase.eval_rows, phase.rows_per_step, bucket=bucket)
+    result = train_phase(model, phase, train, probe, phase_dir, show_progress=show_progress)
+    after = evaluate(
+        model, probe, phase.eval_rows, phase.rows_per_step, with_mtp=True, bucket=bucket
+    )
+    curves = {
+        "before (no scaling)": list(before_plain["position_ce"].items()),
+        "before (YaRN, untrained)": list(before_yarn["position_ce"].items()),
+        "after long-context phase": list(after["position_ce"].items()),
+    }
+    plot_position_loss(
+        phase_dir / "position_loss.png",
+        curves,
+        f"held-out CE by position ({config.pretrain.seq_len} -> {phase.seq_len})",
+    )
+    long_from = config.pretrain.seq_len
+
+    def beyond(ev: dict[str, Any]) -> float:
+        items = [(k, v) for k, v in ev["position_ce"].items() if k >= long_from]
+        return sum(v for _, v in items) / max(1, len(items))
+
+    summary: dict[str, Any] = {
+        "phase": phase.name,
+        "steps": result.steps_done,
+        "stopped_by_time_limit": result.stopped_early,
+        "seconds": time.monotonic() - began,
+        "position_ce": {label: dict(points) for label, points in curves.items()},
+        f"ce_beyond_{long_from}_before": beyond(before_plain),
+        f"ce_beyond_{long_from}_before_yarn": beyond(before_yarn),
+        f"ce_beyond_{long_from}_after": beyond(after),
+        "heldout_ce": after["heldout_ce"],
+        "mtp_acceptance": after.get("mtp_acceptance"),
+    }
+    export_final(model, tokenizer, phase_dir, summary)
+    return summary

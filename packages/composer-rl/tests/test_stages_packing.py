@@ -1,0 +1,69 @@
+"""Packing keeps document boundaries: positions restart, no target crosses a boundary."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from composer_model.losses import IGNORE, document_targets
+from composer_rl.stages.config import OptimConfig
+from composer_rl.stages.loop import lr_factor, masked_targets
+from composer_rl.stages.packing import batch_rows, make_batch, pack_documents
+
+EOS = 0
+
+
+def test_stream_packing_boundaries_and_positions() -> None:
+    docs = [[1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]
+    packed = pack_documents(docs, seq_len=4, eos_id=EOS)
+    # stream: 1 2 3 0 | 4 5 6 7 | 8 0 9 10 | 0 (ragged tail dropped)
+    assert packed.tokens.tolist() == [[1, 2, 3, 0], [4, 5, 6, 7], [8, 0, 9, 10]]
+    assert packed.boundaries == [[0, 4], [0, 4], [0, 2, 4]]
+    batch = make_batch(packed, [2, 0])
+    assert batch.input_ids.tolist() == [[8, 0, 9, 10, 1, 2, 3, 0]]
+    assert batch.cu_seqlens.tolist() == [0, 2, 4, 8]
+    assert batch.positions.tolist() == [[0, 1, 0, 1, 0, 1, 2, 3]]
+    targets = masked_targets(batch, batch.cu_seqlens)
+    assert targets.tolist() == [0, IGNORE, 10, IGNORE, 2, 3, 0, IGNORE]
+
+
+def test_sft_packing_pads_truncates_and_masks() -> None:
+    docs = [[1, 2], [3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    masks = [[False, True], [False, False, True], [True] * 6]
+    packed = pack_documents(docs, seq_len=5, eos_id=EOS, masks=masks, split_documents=False)
+    assert packed.tokens.tolist() == [[1, 2, 0, 0, 0], [3, 4, 5, 0, 0], [6, 7, 8, 9, 10]]
+    assert packed.mask.tolist()[0] == [False, True, True, False, False]
+    assert packed.boundaries[0] == [0, 3, 5]
+    batch = make_batch(packed, [0])
+    targets = masked_targets(batch, batch.cu_seqlens)
+    # only the trained tokens (2 and its end-of-text) are targets
+    assert targets.tolist() == [2, 0, IGNORE, IGNORE, IGNORE]
+
+
+def test_batches_depend_only_on_seed_and_step() -> None:
+    assert batch_rows(100, 4, step=7, seed=1) == batch_rows(100, 4, step=7, seed=1)
+    assert batch_rows(100, 4, step=7, seed=1) != batch_rows(100, 4, step=8, seed=1)
+
+
+def test_too_little_text_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no full row"):
+        pack_documents([[1, 2]], seq_len=16, eos_id=EOS)
+
+
+def test_document_targets_agree_with_model_helper() -> None:
+    packed = pack_documents([[1, 2, 3, 4, 5, 6, 7]], seq_len=4, eos_id=EOS)
+    batch = make_batch(packed, [0, 1])
+    plain = document_targets(batch.input_ids.reshape(-1), batch.cu_seqlens, 1)
+    assert torch.equal(masked_targets(batch, batch.cu_seqlens), plain)
+
+
+def test_warmup_then_cosine() -> None:
+    optim = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    factors = [lr_factor(s, 20, optim) for s in range(21)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert factors[4] == pytest.approx(1.0)
+    assert factors[12] == pytest.approx(0.55)
+    assert factors[20] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(factors[4:]))
