@@ -31,12 +31,16 @@ class ResourceLimits(BaseModel):
     open_files: int = Field(default=256, ge=16, description="RLIMIT_NOFILE.")
     tmp_bytes: int = Field(default=256 * 1024**2, ge=1024**2, description="Size of /tmp (tmpfs).")
 
-    def prlimit_args(self) -> list[str]:
-        """Arguments of util-linux `prlimit` that set these limits (soft = hard)."""
+    def prlimit_args(self, processes_already: int = 0) -> list[str]:
+        """Arguments of util-linux `prlimit` that set these limits (soft = hard).
+
+        RLIMIT_NPROC counts every process of the user, not only the sandbox's; when
+        sandboxes share our uid, `processes_already` (ours, now) is added on top.
+        """
         return [
             f"--cpu={self.cpu_seconds}",
             f"--as={self.memory_bytes}",
-            f"--nproc={self.processes}",
+            f"--nproc={self.processes + processes_already}",
             f"--fsize={self.file_size_bytes}",
             f"--nofile={self.open_files}",
         ]

@@ -21,11 +21,20 @@ from contextlib import suppress
 from composer_infra.sandbox.results import CommandResult
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes], wait: float = 2.0) -> None:
+    """SIGKILL the command's process group and wait (briefly) until it is gone."""
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with suppress(ProcessLookupError):
         process.kill()
+    process.wait()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.005)
 
 
 def run_capped(

@@ -24,6 +24,20 @@ def allocate_owner() -> tuple[int, int] | None:
     return uid, uid
 
 
+def processes_of_current_user() -> int:
+    """How many processes our real uid has now (what RLIMIT_NPROC counts)."""
+    uid = os.getuid()
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat(follow_symlinks=False).st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
 def give_tree(root: Path, owner: tuple[int, int] | None) -> None:
     """Hand a workspace tree to the sandbox user (without following symlinks)."""
     if owner is None:

@@ -32,6 +32,7 @@ from composer_infra.sandbox.backends._common import (
     allocate_owner,
     find_tool,
     give_tree,
+    processes_of_current_user,
 )
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
@@ -205,6 +206,11 @@ class BwrapRuntime(Runtime):
     def run(self, command: str, *, timeout: float) -> CommandResult:
         info = _InfoPipe()
         argv = [self._prefix[0], "--info-fd", str(info.write_fd), *self._prefix[1:]]
+        if self.owner is None:
+            # Sandboxes share our uid, and RLIMIT_NPROC counts all of its processes.
+            already = processes_of_current_user()
+            nproc = f"--nproc={self.config.limits.processes + already}"
+            argv = [nproc if arg.startswith("--nproc=") else arg for arg in argv]
         try:
             return run_capped(
                 [*argv, "/bin/sh", "-c", command],

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
-from composer_infra.sandbox.backends._common import find_tool
+from composer_infra.sandbox.backends._common import find_tool, processes_of_current_user
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
 from composer_infra.sandbox.results import CommandResult
@@ -27,12 +27,14 @@ class ProcessRuntime(Runtime):
         self.workspace = workspace
         self.guest_workspace = str(workspace)
         self.config = config
-        self._prefix = [prlimit, *config.limits.prlimit_args(), "--", "/bin/sh", "-c"]
+        self._prlimit = prlimit
         self._env = config.command_env(str(workspace))
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
+        # RLIMIT_NPROC counts all of our uid's processes: allow the limit on top of them.
+        limits = self.config.limits.prlimit_args(processes_of_current_user())
         return run_capped(
-            [*self._prefix, command],
+            [self._prlimit, *limits, "--", "/bin/sh", "-c", command],
             env=self._env,
             cwd=str(self.workspace),
             timeout=timeout,
