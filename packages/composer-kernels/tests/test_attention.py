@@ -58,6 +58,8 @@ def test_output_and_gradients_match_the_reference(
 ) -> None:
     if long_path:
         monkeypatch.setattr(attention_module, "MASKED_SDPA_MAX_TOKENS", 8)
+    else:
+        monkeypatch.setattr(attention_module, "PER_DOCUMENT_MAX_DOCS", 0)
     q, k, v = _qkv()
     cu = torch.tensor(CU, dtype=torch.int32)
     out = attention(q, k, v, cu_seqlens=cu, causal=causal, softmax_scale=0.3)

@@ -8,9 +8,9 @@ Backends, chosen per call:
 
 - flash-attn's `flash_attn_varlen_func` when flash-attn is installed, the tensors are
   on CUDA in fp16/bf16 (its log-sum-exp comes back without a gradient);
-- otherwise PyTorch's `scaled_dot_product_attention` with a boolean document mask
-  (one fused call; it falls back to one call per document when the packed sequence is
-  so long that a T x T mask would be large);
+- otherwise PyTorch's `scaled_dot_product_attention`: with a boolean document mask in
+  one call, or once per document when the pack is long (a T x T mask would be large)
+  or holds a few documents that cover little of the T x T score matrix;
 - with `return_lse=True` off flash-attn, an explicit per-document softmax, so that the
   log-sum-exp (which context parallelism needs to merge partial results) has gradients.
 """
@@ -27,6 +27,11 @@ import torch.nn.functional as F
 # Above this many tokens the T x T boolean mask (T^2 bytes) is replaced by a loop over
 # documents, whose cost is the sum of squared document lengths.
 MASKED_SDPA_MAX_TOKENS = 8192
+# Below it, one SDPA call a document still wins when there are few documents and they
+# cover at most a quarter of the T x T score matrix (benchmarks/bench_attention.py: on
+# 2 CPU cores, 8 documents in 2048 tokens 1.3x and 16 in 4096 1.9x faster than the
+# mask; 64 documents in 2048 tokens 2.3x slower, from per-call overhead).
+PER_DOCUMENT_MAX_DOCS = 16
 
 
 def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
@@ -187,10 +192,12 @@ def attention(
 
     if len(spans) <= 1:
         return _sdpa(q, k, v, causal, scale) if total else q.new_zeros(0, q.shape[1], v.shape[2])
-    if total <= MASKED_SDPA_MAX_TOKENS:
+    covered = sum((b - a) ** 2 for a, b in spans)
+    few_documents = len(spans) <= PER_DOCUMENT_MAX_DOCS and 4 * covered <= total * total
+    if total <= MASKED_SDPA_MAX_TOKENS and not few_documents:
         mask = _document_mask(cu_seqlens, total, causal, q.device)
         return _sdpa(q, k, v, causal, scale, mask)
     return torch.cat([_sdpa(q[a:b], k[a:b], v[a:b], causal, scale) for a, b in spans], dim=0)
 
 
-__all__ = ["MASKED_SDPA_MAX_TOKENS", "attention"]
+__all__ = ["MASKED_SDPA_MAX_TOKENS", "PER_DOCUMENT_MAX_DOCS", "attention"]

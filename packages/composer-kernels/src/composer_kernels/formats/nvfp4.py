@@ -158,7 +158,8 @@ def nvfp4_quantize(
     `stochastic_rounding` draws from a generator seeded with `seed` (required), so a
     gradient quantization can be replayed. `hadamard_seed` applies the random
     Hadamard transform of that seed before quantizing. `backend="auto"` runs the Triton
-    kernel (per-token or per-tensor, without the other options) for CUDA tensors when Triton is installed.
+    kernel (per-token or per-tensor, without the other options) for CUDA tensors when
+    Triton is installed.
     """
     _validate(x, scale_mode, block_2d)
     if stochastic_rounding and seed is None:
