@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from composer_infra.sandbox import Sandbox, TestReport
 from composer_infra.sandbox import Task as SandboxTask
-from composer_rl.tasks.model import Task
+from composer_rl.tasks.model import GRADING_DIR, Task
 
 
 def open_sandbox(task: Task, backend: str | None = None) -> Sandbox:
@@ -25,16 +28,27 @@ def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:
     return sandbox.run_tests()
 
 
-def workspace_files(sandbox: Sandbox, task: Task) -> dict[str, str]:
-    """The repository as the episode left it (text files, hidden tests excluded)."""
+def workspace_files(
+    sandbox: Sandbox, task: Task, max_files: int = 200, max_bytes: int = 200_000
+) -> dict[str, str]:
+    """The repository as the episode left it: text files, without hidden tests, caches,
+    dot-files or pytest's temporary directories (which tests may create in the workspace),
+    never following symbolic links."""
     files: dict[str, str] = {}
     root = sandbox.workspace
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if not path.is_file() or rel in task.tests or "__pycache__" in rel or rel.startswith("."):
-            continue
-        try:
-            files[rel] = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith((".", "pytest-of-", "__pycache__", GRADING_DIR))
+        )
+        for name in sorted(names):
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            if name.startswith(".") or path.is_symlink() or rel in task.tests:
+                continue
+            if len(files) >= max_files or path.stat().st_size > max_bytes:
+                continue
+            try:
+                files[rel] = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
     return files

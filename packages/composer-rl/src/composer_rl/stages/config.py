@@ -121,7 +121,7 @@ class Stage1Config(BaseModel):
             optim=OptimConfig(lr=2e-3, warmup_steps=5, weight_decay=0.0),
         )
     )
-    sft_max_tasks: int = Field(default=2000, gt=0)
+    sft_max_tasks: int = Field(default=650, gt=0)
     threads: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")

@@ -225,14 +225,14 @@ def train_phase(
             )
             progress.update(bar, advance=1, loss=float(losses.lm_loss.detach()), tok_s=tok_s)
             last = step == config.steps
-            if step % config.eval_every == 0 or last:
+            out_of_time = (
+                config.time_limit_s is not None and time.monotonic() - began > config.time_limit_s
+            )
+            if step % config.eval_every == 0 or last or out_of_time:
                 final_eval = evaluate(
                     model, heldout, config.eval_rows, config.rows_per_step, with_mtp=mtp_on
                 )
                 logger.log(step, "eval", final_eval)
-            out_of_time = (
-                config.time_limit_s is not None and time.monotonic() - began > config.time_limit_s
-            )
             if step % config.checkpoint_every == 0 or last or out_of_time:
                 checkpoint(step)
             if out_of_time and not last:

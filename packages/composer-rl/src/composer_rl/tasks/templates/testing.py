@@ -24,7 +24,8 @@ MUTANT = {mutant!r}
 
 def _run_tests(tmp_path, source):
     work = tmp_path / "work"
-    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns("{grading}", "__pycache__"))
+    work.mkdir()
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "{module}.py").write_text(source)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     return subprocess.run(command, cwd=work, capture_output=True, timeout=60).returncode
@@ -62,7 +63,7 @@ class WriteTests(Template):
         path = f"{mod}.py"
         source = f"def {fn}(a, b):\n    return a {op} b\n"
         mutant = f"def {fn}(a, b):\n    return a {mutant_op} b\n"
-        grader = GRADER.format(original=source, mutant=mutant, module=mod, grading=GRADING_DIR)
+        grader = GRADER.format(original=source, mutant=mutant, module=mod)
         tests = {f"{GRADING_DIR}/test_task.py": grader}
         instruction = f"Write pytest tests for `{fn}` in `tests/test_{mod}.py`."
         oracle = (

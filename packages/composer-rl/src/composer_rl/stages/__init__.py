@@ -1,0 +1,32 @@
+"""Stage one: continued pretraining, the long-context phase and SFT, each a resumable phase
+writing checkpoints, metrics (JSONL and TensorBoard), plots and a final model."""
+
+from composer_rl.stages.config import (
+    CorpusConfig,
+    OptimConfig,
+    PhaseConfig,
+    Stage1Config,
+    load_stage1_config,
+)
+from composer_rl.stages.corpus import CorpusError, load_corpus
+from composer_rl.stages.loop import evaluate, train_phase
+from composer_rl.stages.packing import make_batch, pack_documents
+from composer_rl.stages.pretrain import run_long_context, run_pretrain
+from composer_rl.stages.sft import run_sft
+
+__all__ = [
+    "CorpusConfig",
+    "CorpusError",
+    "OptimConfig",
+    "PhaseConfig",
+    "Stage1Config",
+    "evaluate",
+    "load_corpus",
+    "load_stage1_config",
+    "make_batch",
+    "pack_documents",
+    "run_long_context",
+    "run_pretrain",
+    "run_sft",
+    "train_phase",
+]

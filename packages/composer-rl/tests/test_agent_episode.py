@@ -1,0 +1,66 @@
+"""The episode runner drives a real InferenceEngine against real sandboxes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from composer_model import ComposerModel, InferenceEngine, preset, train_tokenizer
+from composer_rl.agent.episode import EpisodeRunner, RunnerConfig, episode_view
+from composer_rl.agent.oracle import play_oracle
+from composer_rl.stages.config import OptimConfig, PhaseConfig
+from composer_rl.stages.loop import train_phase
+from composer_rl.stages.packing import pack_documents
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+
+STOPS = {"finish", "no_call", "end_of_turn", "max_turns", "length", "context"}
+
+
+def _setup(n_tasks: int = 2):  # type: ignore[no-untyped-def]
+    tasks = [
+        t for _, t in zip(range(n_tasks), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)
+    ]
+    demos = [play_oracle(t, grade=False) for t in tasks]
+    tokenizer = train_tokenizer([d.transcript.text for d in demos] * 4, vocab_size=400)
+    torch.manual_seed(0)
+    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
+    return tasks, demos, tokenizer, model
+
+
+def test_untrained_model_episodes_are_recorded_and_graded() -> None:
+    tasks, _, tokenizer, model = _setup()
+    engine = InferenceEngine(model, tokenizer, max_batch_size=4, max_seq_len=512)
+    runner = EpisodeRunner(engine, tokenizer, RunnerConfig(max_turns=2, max_new_tokens=16))
+    results = runner.run(tasks, samples_per_task=2)
+    assert [(r.task.id, r.sample) for r in results] == [(t.id, s) for t in tasks for s in (0, 1)]
+    for r in results:
+        assert r.stop_reason in STOPS
+        assert r.generated_tokens > 0
+        assert r.report is not None and not r.solved  # random weights do not fix the bug
+        assert set(r.task.files) <= set(r.files_after)
+        view = episode_view(r, tokenizer)
+        assert view.tokens.tool_call > 0
+        assert view.test_results.failed + view.test_results.errors > 0
+
+
+@pytest.mark.slow
+def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
+    tasks, demos, tokenizer, model = _setup(n_tasks=1)
+    ids, mask = demos[0].transcript.encode(tokenizer)
+    rows = pack_documents(
+        [ids], seq_len=len(ids) + 1, eos_id=tokenizer.eos_id, masks=[mask], split_documents=False
+    )
+    phase = PhaseConfig(
+        name="overfit", steps=60, seq_len=len(ids) + 1, rows_per_step=1, eval_every=60,
+        eval_rows=1, checkpoint_every=60, mtp_weight=0.0, optim=OptimConfig(lr=3e-3, warmup_steps=2, weight_decay=0.0),
+    )  # fmt: skip
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        train_phase(model, phase, rows, rows, Path(tmp), show_progress=False)
+    engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=1024)
+    (result,) = EpisodeRunner(engine, tokenizer, RunnerConfig(max_turns=4)).run(tasks)
+    assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"]
+    assert result.finished and result.stop_reason == "finish"
+    assert result.solved, result.report
