@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from conftest import CALC_TASK, TEST_CONFIG
+from _sandbox_support import CALC_TASK, TEST_CONFIG
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import CALC_TASK, TEST_CONFIG
+from _sandbox_support import CALC_TASK, TEST_CONFIG
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService, ToolCallRequest
 

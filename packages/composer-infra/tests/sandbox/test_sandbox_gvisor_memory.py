@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import backend_unavailable
+from _sandbox_support import backend_unavailable
 
 from composer_infra.sandbox import Sandbox, SnapshotStore
 

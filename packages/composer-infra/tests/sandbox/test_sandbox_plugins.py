@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
-from conftest import CALC_TASK, TEST_CONFIG
+from _sandbox_support import CALC_TASK, TEST_CONFIG
 
 from composer_infra.sandbox import (
     DEFAULT_BACKEND,

@@ -108,11 +108,11 @@ def test_crafted_archive_cannot_escape(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_memory_snapshot_needs_a_memory_backend(tmp_path: Path) -> None:
-    from conftest import backend_unavailable
+    from _sandbox_support import backend_unavailable
 
     if backend_unavailable("gvisor"):
         pytest.skip(f"gvisor is not available here: {backend_unavailable('gvisor')}")
-    from conftest import CALC_TASK, TEST_CONFIG
+    from _sandbox_support import CALC_TASK, TEST_CONFIG
 
     store = SnapshotStore(tmp_path / "store")
     with Sandbox.create(CALC_TASK, "gvisor", config=TEST_CONFIG, work_dir=tmp_path) as sandbox:

@@ -269,6 +269,10 @@ class Sandbox:
                 return getattr(self, f"_tool_{name}")(args)
             except PathError as exc:
                 return ToolResult.failure(str(exc))
+            except (OSError, RuntimeError) as exc:
+                # The sandbox itself broke (its container died, its disk vanished): the
+                # episode gets an error it can report, the caller's loop goes on.
+                return ToolResult.failure(f"sandbox error: {type(exc).__name__}: {exc}")
 
     def read_file(self, path: str) -> ToolResult:
         return self.call("read_file", {"path": path})
