@@ -120,3 +120,18 @@ def test_memory_snapshot_needs_a_memory_backend(tmp_path: Path) -> None:
     assert snap.memory
     with pytest.raises(BackendUnavailable, match="memory image"):
         Sandbox.restore(snap, store, backend="bwrap", work_dir=tmp_path)
+
+
+def test_restore_uses_this_workers_interpreters(make_sandbox: MakeSandbox, tmp_path: Path) -> None:
+    """Where Python lives is the worker's business: a snapshot does not carry it along."""
+    from _sandbox_support import TEST_CONFIG
+
+    elsewhere = TEST_CONFIG.model_copy(update={"toolchain_paths": (Path("/opt/other/python"),)})
+    store = SnapshotStore(tmp_path / "store")
+    sandbox = make_sandbox("bwrap", config=elsewhere)
+    assert not sandbox.run("python -c 'print(1)'").ok  # no interpreter at that path here
+    snap = sandbox.snapshot(store)
+    with Sandbox.restore(snap, store, work_dir=tmp_path / "run") as restored:
+        assert restored.config.toolchain_paths == type(TEST_CONFIG)().toolchain_paths
+        assert restored.config.limits == TEST_CONFIG.limits
+        assert restored.run("python -c 'print(1)'").output.strip() == "1"

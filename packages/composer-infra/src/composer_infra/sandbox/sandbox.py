@@ -62,6 +62,13 @@ def _resolve_backend(
     return (registry or default_registry()).get(backend)
 
 
+def _restored_config(saved: dict[str, Any]) -> SandboxConfig:
+    """The snapshot's config, with this worker's interpreters: where Python is installed
+    is a property of the machine, not of the episode."""
+    local = SandboxConfig().toolchain_paths
+    return SandboxConfig.model_validate({**saved, "toolchain_paths": local})
+
+
 class Sandbox:
     """One task's sandbox. Make it with `create`, `restore` or `fork`; `close` when done."""
 
@@ -170,7 +177,7 @@ class Sandbox:
             sandbox = cls(
                 task=Task.model_validate(state["task"]),
                 backend=chosen,
-                config=config or SandboxConfig.model_validate(state["config"]),
+                config=config or _restored_config(state["config"]),
                 home=home,
                 memory_image=memory,
                 todos=TodoList.model_validate(state["todos"]),
