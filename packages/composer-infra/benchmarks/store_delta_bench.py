@@ -17,8 +17,8 @@ For each learning rate we report:
 from __future__ import annotations
 
 import argparse
-import logging
 import itertools
+import logging
 import os
 import socket
 import statistics

@@ -29,6 +29,47 @@ __version__ = "0.1.0"
 
 __all__ = ["__version__"]
 
+# -- weight store, checkpoints, Ray runtime (imported on first use: they pull in torch/ray) --
+_LAZY_EXPORTS = {
+    **dict.fromkeys(
+        [
+            "FileStore",
+            "S3Store",
+            "ObjectStore",
+            "open_store",
+            "PublisherConfig",
+            "WeightPublisher",
+            "WeightSubscriber",
+            "shard_names",
+        ],
+        "composer_infra.store",
+    ),
+    **dict.fromkeys(
+        [
+            "StepCheckpointer",
+            "GroupStore",
+            "FinishedGroup",
+            "EpisodeRecord",
+            "RolloutCheckpoint",
+            "RolloutStore",
+            "SingleEpochSampler",
+        ],
+        "composer_infra.checkpoint",
+    ),
+    **dict.fromkeys(["RayRuntime", "RuntimeConfig", "SlotReconciler"], "composer_infra.runtime"),
+}
+__all__ += list(_LAZY_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'composer_infra' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ += [  # sandboxes and the environment service
     "TOOL_NAMES",
     "BackendRegistry",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_bit_identical, make_state, train_step
+from _store_helpers import assert_bit_identical, make_state, train_step
 
 from composer_infra.store import (
     FileStore,

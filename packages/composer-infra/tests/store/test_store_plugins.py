@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import assert_bit_identical, make_state
+from _store_helpers import assert_bit_identical, make_state
 
 from composer_infra.store import (
     FileStore,

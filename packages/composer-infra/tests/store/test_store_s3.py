@@ -8,10 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _store_fixtures
 import boto3
 import pytest
 import torch
-from conftest import assert_bit_identical, make_state, train_step
+from _store_helpers import assert_bit_identical, make_state, train_step
 
 from composer_infra.store import (
     ObjectNotFound,
@@ -22,6 +23,11 @@ from composer_infra.store import (
     open_store,
 )
 from composer_infra.store.manifest import blob_key, manifest_key
+
+# The S3 fixtures (see _store_fixtures for why they do not live in a conftest.py).
+aws_env = _store_fixtures.aws_env
+s3_endpoint = _store_fixtures.s3_endpoint
+s3_bucket = _store_fixtures.s3_bucket
 
 HERE = Path(__file__).parent
 MiB = 1024 * 1024

@@ -1,11 +1,53 @@
 """Policy-aware checkpoints: step (trainer), group (finished work), rollout (in flight)."""
 
-from composer_infra.checkpoint.atomic import atomic_directory, atomic_write_bytes, write_once_bytes
-from composer_infra.checkpoint.groups import EpisodeRecord, FinishedGroup, GroupExists, GroupStore
-from composer_infra.checkpoint.rng import rng_state, set_rng_state
-from composer_infra.checkpoint.rollout import RolloutCheckpoint, RolloutStore
-from composer_infra.checkpoint.sampler import SingleEpochSampler
-from composer_infra.checkpoint.step import CheckpointError, StepCheckpointer, StepState
+# Submodules are imported on first use: a sandbox-side worker that only needs the light
+# parts (rollout checkpoints, object stores) does not pay for importing torch.
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from composer_infra.checkpoint.atomic import (
+        atomic_directory,
+        atomic_write_bytes,
+        write_once_bytes,
+    )
+    from composer_infra.checkpoint.groups import (
+        EpisodeRecord,
+        FinishedGroup,
+        GroupExists,
+        GroupStore,
+    )
+    from composer_infra.checkpoint.rng import rng_state, set_rng_state
+    from composer_infra.checkpoint.rollout import RolloutCheckpoint, RolloutStore
+    from composer_infra.checkpoint.sampler import SingleEpochSampler
+    from composer_infra.checkpoint.step import CheckpointError, StepCheckpointer, StepState
+
+_EXPORTS = {
+    "CheckpointError": "composer_infra.checkpoint.step",
+    "EpisodeRecord": "composer_infra.checkpoint.groups",
+    "FinishedGroup": "composer_infra.checkpoint.groups",
+    "GroupExists": "composer_infra.checkpoint.groups",
+    "GroupStore": "composer_infra.checkpoint.groups",
+    "RolloutCheckpoint": "composer_infra.checkpoint.rollout",
+    "RolloutStore": "composer_infra.checkpoint.rollout",
+    "SingleEpochSampler": "composer_infra.checkpoint.sampler",
+    "StepCheckpointer": "composer_infra.checkpoint.step",
+    "StepState": "composer_infra.checkpoint.step",
+    "atomic_directory": "composer_infra.checkpoint.atomic",
+    "atomic_write_bytes": "composer_infra.checkpoint.atomic",
+    "rng_state": "composer_infra.checkpoint.rng",
+    "set_rng_state": "composer_infra.checkpoint.rng",
+    "write_once_bytes": "composer_infra.checkpoint.atomic",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "CheckpointError",

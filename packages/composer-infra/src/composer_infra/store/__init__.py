@@ -4,21 +4,59 @@ See `publisher` (trainer side), `subscriber` (inference side), `objects` / `s3` 
 and `hookspecs` (adding a store by plugin).
 """
 
-from composer_infra.store.errors import (
-    BaseMismatch,
-    CorruptObject,
-    NoUsableVersion,
-    ObjectNotFound,
-    UnknownStoreScheme,
-    WeightStoreError,
-)
-from composer_infra.store.hookspecs import hookimpl, hookspec
-from composer_infra.store.manifest import RankManifest, TensorEntry
-from composer_infra.store.objects import FileStore, ObjectStore
-from composer_infra.store.publisher import PublisherConfig, WeightPublisher, shard_names
-from composer_infra.store.registry import BuiltinStores, make_plugin_manager, open_store
-from composer_infra.store.s3 import S3Store
-from composer_infra.store.subscriber import WeightSubscriber
+# Submodules are imported on first use: a sandbox-side worker that only needs the light
+# parts (rollout checkpoints, object stores) does not pay for importing torch.
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from composer_infra.store.errors import (
+        BaseMismatch,
+        CorruptObject,
+        NoUsableVersion,
+        ObjectNotFound,
+        UnknownStoreScheme,
+        WeightStoreError,
+    )
+    from composer_infra.store.hookspecs import hookimpl, hookspec
+    from composer_infra.store.manifest import RankManifest, TensorEntry
+    from composer_infra.store.objects import FileStore, ObjectStore
+    from composer_infra.store.publisher import PublisherConfig, WeightPublisher, shard_names
+    from composer_infra.store.registry import BuiltinStores, make_plugin_manager, open_store
+    from composer_infra.store.s3 import S3Store
+    from composer_infra.store.subscriber import WeightSubscriber
+
+_EXPORTS = {
+    "BaseMismatch": "composer_infra.store.errors",
+    "BuiltinStores": "composer_infra.store.registry",
+    "CorruptObject": "composer_infra.store.errors",
+    "FileStore": "composer_infra.store.objects",
+    "NoUsableVersion": "composer_infra.store.errors",
+    "ObjectNotFound": "composer_infra.store.errors",
+    "ObjectStore": "composer_infra.store.objects",
+    "PublisherConfig": "composer_infra.store.publisher",
+    "RankManifest": "composer_infra.store.manifest",
+    "S3Store": "composer_infra.store.s3",
+    "TensorEntry": "composer_infra.store.manifest",
+    "UnknownStoreScheme": "composer_infra.store.errors",
+    "WeightPublisher": "composer_infra.store.publisher",
+    "WeightStoreError": "composer_infra.store.errors",
+    "WeightSubscriber": "composer_infra.store.subscriber",
+    "hookimpl": "composer_infra.store.hookspecs",
+    "hookspec": "composer_infra.store.hookspecs",
+    "make_plugin_manager": "composer_infra.store.registry",
+    "open_store": "composer_infra.store.registry",
+    "shard_names": "composer_infra.store.publisher",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "BaseMismatch",
