@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from composer_infra.store import (
     WeightPublisher,
     WeightSubscriber,
     open_store,
+    prune_versions,
     shard_names,
 )
 from composer_infra.store.manifest import blob_key, manifest_key
@@ -237,3 +239,36 @@ def test_open_store_bare_path_and_file_url(tmp_path: Path) -> None:
     assert isinstance(a, FileStore) and isinstance(b, FileStore)
     b.put("x/y", b"1")
     assert b.list("x") == ["x/y"] and b.get("x/y") == b"1"
+
+
+def test_prune_keeps_the_newest_snapshots_and_readers_recover(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    states = publish_versions(store, 10, snapshot_every=3)  # snapshots 0, 3, 6, 9
+    holder = WeightSubscriber(store)
+    holder.version, holder.tensors = 4, {k: v.clone() for k, v in states[4].items()}
+    assert prune_versions(store, keep_snapshots=2) == [0, 1, 2, 3, 4, 5]
+    assert sorted(WeightSubscriber(store).complete_versions()) == [6, 7, 8, 9]
+    assert not any(k.startswith(("v000000000000", "v000000000005")) for k in store.list())
+    assert holder.sync() == 9  # its chain is gone: it falls back to snapshot 6 and walks on
+    assert_bit_identical(holder.tensors, states[9])
+    with pytest.raises(ValueError, match="keep_snapshots"):
+        prune_versions(store, keep_snapshots=0)
+
+
+def test_follower_thread_hands_every_new_version_over(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    seen: list[int] = []
+    sub = WeightSubscriber(store, on_update=lambda sd, v: seen.append(v))
+    sub.start_following(interval_s=0.02)  # nothing published yet: it waits quietly
+    states = [make_state()]
+    with WeightPublisher(store) as pub:
+        for v in range(3):
+            if v:
+                states.append(train_step(states[-1], v))
+            pub.publish(states[-1], v).result()
+            deadline = time.monotonic() + 60
+            while sub.version != v and time.monotonic() < deadline:
+                time.sleep(0.01)
+    sub.close()
+    assert seen == [0, 1, 2]
+    assert_bit_identical(sub.tensors, states[2])

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from composer_infra.store.objects import FileStore, ObjectStore
     from composer_infra.store.publisher import PublisherConfig, WeightPublisher, shard_names
     from composer_infra.store.registry import BuiltinStores, make_plugin_manager, open_store
+    from composer_infra.store.retention import prune_versions
     from composer_infra.store.s3 import S3Store
     from composer_infra.store.subscriber import WeightSubscriber
 
@@ -45,6 +46,7 @@ _EXPORTS = {
     "hookspec": "composer_infra.store.hookspecs",
     "make_plugin_manager": "composer_infra.store.registry",
     "open_store": "composer_infra.store.registry",
+    "prune_versions": "composer_infra.store.retention",
     "shard_names": "composer_infra.store.publisher",
 }
 
@@ -78,5 +80,6 @@ __all__ = [
     "hookspec",
     "make_plugin_manager",
     "open_store",
+    "prune_versions",
     "shard_names",
 ]

@@ -12,6 +12,7 @@ an error is logged and the reader stays on the best version it could rebuild.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -67,9 +68,39 @@ class WeightSubscriber:
         self.tensors: dict[str, torch.Tensor] = {}
         self.rejected: list[tuple[int, str]] = []  # (version, why) for every version refused
         self._pool = ThreadPoolExecutor(max(1, readers), thread_name_prefix="wt-read")
+        self._follower: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
 
     def close(self) -> None:
+        self.stop_following()
         self._pool.shutdown()
+
+    # -- following in the background -------------------------------------------------------
+
+    def start_following(self, interval_s: float = 0.5) -> None:
+        """Call `sync()` every `interval_s` on a background thread (an inference engine's
+        companion): each new version reaches `on_update` without the engine polling."""
+        if self._follower is not None:
+            raise RuntimeError("already following; call stop_following() first")
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.sync()
+                except WeightStoreError as error:  # nothing usable yet: keep waiting
+                    log.warning("weight sync failed: %s", error)
+                self._stop.wait(interval_s)
+
+        self._follower = threading.Thread(target=loop, name="weight-follower", daemon=True)
+        self._follower.start()
+
+    def stop_following(self) -> None:
+        if self._follower is not None:
+            self._stop.set()
+            self._follower.join()
+            self._follower = None
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -109,6 +140,10 @@ class WeightSubscriber:
 
     def sync(self) -> int | None:
         """Move to the newest version that can be rebuilt; returns the version now held."""
+        with self._lock:  # the follower thread and the caller may both sync
+            return self._sync()
+
+    def _sync(self) -> int | None:
         versions = self.complete_versions()
         if not versions:
             return self.version
