@@ -167,3 +167,75 @@ def test_publisher_killed_mid_upload(s3_bucket: str, s3_endpoint: str) -> None:
         assert pub.publish({"w": restarted}, 3).result().kind == "snapshot"
     assert sub.sync() == 3
     assert torch.equal(sub.tensors["w"], restarted)
+
+
+class FlakyS3Proxy:
+    """A loopback HTTP proxy in front of the S3 server that answers the first `failures`
+    requests with 503 SlowDown, as a throttled S3 does, then forwards everything."""
+
+    def __init__(self, upstream: str, failures: int) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlparse
+
+        target = urlparse(upstream)
+        state = {"left": failures, "seen": 0}
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    state["seen"] += 1
+                    fail = state["left"] > 0
+                    state["left"] -= int(fail)
+                if fail:
+                    payload = b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                reply = conn.getresponse()
+                data = reply.read()
+                self.send_response(reply.status)
+                for key, value in reply.getheaders():
+                    if key.lower() not in {"transfer-encoding", "connection", "content-length"}:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+        self.state = state
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_throttled_requests_are_retried(s3_bucket: str, s3_endpoint: str) -> None:
+    proxy = FlakyS3Proxy(s3_endpoint, failures=3)
+    try:
+        store = S3Store(f"s3://{s3_bucket}/flaky", endpoint_url=proxy.url, max_attempts=5)
+        state = make_state()
+        with WeightPublisher(store) as pub:
+            pub.publish(state, 0).result()
+        assert proxy.state["left"] == 0 and proxy.state["seen"] > 3  # failed, then retried
+        sub = WeightSubscriber(S3Store(f"s3://{s3_bucket}/flaky", endpoint_url=s3_endpoint))
+        assert sub.sync() == 0
+        assert_bit_identical(sub.tensors, state)
+    finally:
+        proxy.close()
