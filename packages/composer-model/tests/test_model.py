@@ -77,7 +77,12 @@ def test_balancing_bias_follows_the_sign_rule() -> None:
 
 def test_bias_shifts_selection_but_not_gate_values() -> None:
     config = micro_config(n_group=1, topk_group=1)
+    torch.manual_seed(0)
     moe = MoE(config)
+    # Layers leave their weights uninitialised (the model initialises them all at once).
+    with torch.no_grad():
+        for param in moe.parameters():
+            param.normal_(0.0, config.initializer_range)
     x = torch.randn(5, config.hidden_size)
     before = moe.gate(x)
     moe.gate.e_score_correction_bias[:] = torch.tensor([10.0, 10.0, 0, 0, 0, 0, 0, 0])
