@@ -9,6 +9,7 @@ backend's runtime.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 import threading
@@ -46,6 +47,8 @@ def default_work_dir() -> Path:
     global _work_root
     if _work_root is None:
         _work_root = Path(tempfile.mkdtemp(prefix="composer-sandboxes-"))
+        # Sandboxes not closed by the end of the process go with it.
+        atexit.register(shutil.rmtree, _work_root, ignore_errors=True)
     return _work_root
 
 
