@@ -88,22 +88,24 @@ class Stage1Config(BaseModel):
     pretrain: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="pretrain",
-            steps=80,
+            steps=600,
             seq_len=256,
             rows_per_step=8,
-            mtp_join_step=40,
+            mtp_join_step=100,
+            eval_every=100,
+            checkpoint_every=100,
             time_limit_s=330,
         )
     )
     long_context: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="long_context",
-            steps=16,
+            steps=40,
             seq_len=1024,
             rows_per_step=2,
-            eval_every=8,
+            eval_every=20,
             eval_rows=4,
-            checkpoint_every=8,
+            checkpoint_every=20,
             time_limit_s=100,
             optim=OptimConfig(lr=1e-3, warmup_steps=2),
         )
@@ -112,10 +114,11 @@ class Stage1Config(BaseModel):
     sft: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="sft",
-            steps=60,
+            steps=300,
             seq_len=512,
             rows_per_step=4,
-            eval_every=20,
+            eval_every=50,
+            checkpoint_every=50,
             eval_rows=8,
             time_limit_s=120,
             optim=OptimConfig(lr=2e-3, warmup_steps=5, weight_decay=0.0),
