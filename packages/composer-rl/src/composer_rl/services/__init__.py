@@ -1,0 +1,23 @@
+"""The report's four services as plain classes, and `start_services` to run them as Ray actors.
+
+Training (`TrainingService`), inference (`InferenceService`), evaluation
+(`EvaluationService`) live here; the environment service is
+`composer_infra.environment.EnvironmentService` as is.
+"""
+
+from composer_infra.environment import EnvironmentConfig, EnvironmentService
+from composer_rl.services.evaluation import EvaluationService
+from composer_rl.services.inference import InferenceService
+from composer_rl.services.launch import Services, start_services
+from composer_rl.services.training import TrainingConfig, TrainingService
+
+__all__ = [
+    "EnvironmentConfig",
+    "EnvironmentService",
+    "EvaluationService",
+    "InferenceService",
+    "Services",
+    "TrainingConfig",
+    "TrainingService",
+    "start_services",
+]

@@ -1,0 +1,81 @@
+"""The inference service of the report: an `InferenceEngine` that follows the trainer's versions.
+
+A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Weights
+arrive through a `WeightSubscriber` whose `on_update` is the engine's `update_weights`,
+so every generated token carries the policy version that sampled it (what off-policy
+corrections in the RL loss need), with its behaviour log-probability and, on request,
+the experts it was routed to (for router replay in the trainer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from composer_infra.store import WeightSubscriber, open_store
+from composer_model import GenerationResult, InferenceEngine, SamplingParams
+from composer_rl.services._common import ModelSource, build_model, set_threads
+
+
+class InferenceService:
+    """Generation from token prompts with the newest published policy (after `sync`)."""
+
+    def __init__(
+        self,
+        model: ModelSource,
+        store_url: str,
+        *,
+        max_batch_size: int = 8,
+        readers: int = 2,
+        follow_interval_s: float | None = None,
+        threads: int | None = None,
+    ) -> None:
+        set_threads(threads)
+        self.engine = InferenceEngine(build_model(model), max_batch_size=max_batch_size)
+        self.subscriber = WeightSubscriber(
+            open_store(store_url), readers=readers, on_update=self.engine.update_weights
+        )
+        if follow_interval_s is not None:  # pick up versions in the background as they land
+            self.subscriber.start_following(interval_s=follow_interval_s)
+
+    def sync(self) -> int | None:
+        """Load the newest complete version from the store; returns the version now held.
+
+        None means nothing was published yet (the engine keeps its initial weights).
+        """
+        return self.subscriber.sync()
+
+    def version(self) -> int:
+        """The policy version new tokens are stamped with."""
+        return self.engine.version
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int = 16,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: list[int] | None = None,
+        return_routing: bool = False,
+    ) -> list[GenerationResult]:
+        """Sample continuations of token-id prompts.
+
+        Each result has `token_ids`, `logprobs` (under the sampling distribution),
+        `versions` (per token) and, with `return_routing`, `routing`
+        ([prompt + generated tokens, MoE layers, top_k] expert indices).
+        With `seed`, prompt i uses seed + i (reproducible regardless of batching).
+        """
+        params = [
+            SamplingParams(
+                temperature=temperature,
+                max_new_tokens=max_new_tokens,
+                seed=None if seed is None else seed + i,
+                stop_token_ids=stop_token_ids,
+                return_routing=return_routing,
+            )
+            for i in range(len(prompts))
+        ]
+        return self.engine.generate([list(p) for p in prompts], params)
+
+    def close(self) -> None:
+        self.subscriber.close()

@@ -1,0 +1,160 @@
+"""The training service of the report: owns the policy and its optimizer, publishes every version.
+
+A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Each
+`train_step` is one optimizer step on a token batch, after which the policy version goes
+up by one and the new weights go to the weight store in the background
+(`WeightPublisher`: XOR deltas, snapshots, manifest last), so inference services pick
+them up with a `WeightSubscriber`. Step checkpoints (`StepCheckpointer`) hold the model,
+optimizer, RNG state and the policy version; a restarted actor resumes from the latest.
+
+The loss is next-token cross-entropy (+ the config's MTP term) for now: the RL objective
+comes with the RL loop, which calls the same step with its own loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from composer_infra.checkpoint import StepCheckpointer
+from composer_infra.store import PublisherConfig, WeightPublisher, open_store
+from composer_model import ComposerModel, compute_loss
+from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
+
+
+class TrainingConfig(BaseModel):
+    """Optimizer, publishing and checkpoint cadence of the training service."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lr: float = Field(default=1e-3, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float | None = Field(default=1.0, gt=0, description="None: no clipping")
+    checkpoint_every: int = Field(
+        default=10, ge=0, description="a step checkpoint every N steps; 0 never"
+    )
+    keep_checkpoints: int = Field(default=3, ge=1)
+    snapshot_every: int = Field(default=10, ge=1, description="full weight snapshot every N")
+    publish_dtype: str | None = Field(
+        default=None, description="e.g. 'bfloat16'; None publishes the parameter dtype"
+    )
+    seed: int = 0
+    threads: int | None = Field(default=None, ge=1, description="torch threads in this process")
+
+
+class TrainingService:
+    """Holds the policy and AdamW; `train_step` -> new policy version, published and checkpointed."""
+
+    def __init__(
+        self,
+        model: ModelSource,
+        store_url: str,
+        checkpoint_dir: str | Path | None = None,
+        config: TrainingConfig | None = None,
+    ) -> None:
+        self.config = config or TrainingConfig()
+        set_threads(self.config.threads)
+        self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=self.config.lr,
+            betas=self.config.betas,
+            weight_decay=self.config.weight_decay,
+        )
+        self.checkpointer = (
+            StepCheckpointer(checkpoint_dir, keep_last=self.config.keep_checkpoints)
+            if checkpoint_dir is not None
+            else None
+        )
+        self.step = 0
+        self.policy_version = 0
+        resumed = self.checkpointer.load(self.model, self.optimizer) if self.checkpointer else None
+        if resumed is not None:  # a restarted actor continues where the last checkpoint was
+            self.step = resumed.step
+            self.policy_version = resumed.policy_version
+        self.publisher = WeightPublisher(
+            open_store(store_url),
+            PublisherConfig(
+                snapshot_every=self.config.snapshot_every,
+                publish_dtype=self.config.publish_dtype,
+            ),
+        )
+        # Publish what we start from, so inference has a version before the first step
+        # (and a resumed run republishes its version as a full snapshot).
+        self._publish()
+        self.publisher.flush()
+
+    def _publish(self) -> None:
+        # Known gap: after a restart, versions published past the last checkpoint are
+        # republished with new weights under the same numbers; the RL loop must
+        # checkpoint every step (or prune the store past it) to keep versions unique.
+        self.publisher.publish(self.model.state_dict(), self.policy_version)
+
+    def train_step(self, batch: Sequence[Sequence[int]], *, wait: bool = False) -> dict[str, Any]:
+        """One AdamW step on next-token loss over `batch` (token id sequences, packed).
+
+        Returns the losses and the new policy version. Publishing runs in the background;
+        `wait=True` (or `flush()`) returns only once the version is visible in the store.
+        """
+        input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens)
+        if not torch.isfinite(loss.loss):
+            raise FloatingPointError(
+                f"non-finite loss {float(loss.loss.detach())} at step {self.step + 1}; lower lr"
+            )
+        loss.loss.backward()
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
+            if self.config.grad_clip is not None
+            else float("nan")
+        )
+        self.optimizer.step()
+        self.model.update_balancing_bias()
+        self.step += 1
+        self.policy_version += 1
+        self._publish()
+        every = self.config.checkpoint_every
+        if self.checkpointer is not None and every and self.step % every == 0:
+            self.save_checkpoint()
+        if wait:
+            self.flush()
+        return {
+            "step": self.step,
+            "version": self.policy_version,
+            "loss": float(loss.loss.detach()),
+            "lm_loss": float(loss.lm_loss.detach()),
+            "mtp_loss": float(loss.mtp_loss.detach()),
+            "grad_norm": grad_norm,
+            "tokens": int(input_ids.numel()),
+        }
+
+    def save_checkpoint(self) -> str:
+        """Write a step checkpoint now; returns its directory."""
+        if self.checkpointer is None:
+            raise RuntimeError("this training service has no checkpoint_dir")
+        path = self.checkpointer.save(
+            step=self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            sampler={},  # the RL loop's sampler position goes here when it drives training
+            policy_version=self.policy_version,
+        )
+        return str(path)
+
+    def version(self) -> int:
+        return self.policy_version
+
+    def flush(self) -> int:
+        """Wait until every published version is in the store; returns the current version."""
+        self.publisher.flush()
+        return self.policy_version
+
+    def close(self) -> None:
+        self.publisher.close()

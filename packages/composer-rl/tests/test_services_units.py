@@ -1,0 +1,133 @@
+"""The services as plain classes (no Ray): publish -> subscribe -> version stamps, bit for bit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from _services_support import VOCAB, micro_config, token_batch
+
+from composer_model import save_pretrained
+from composer_rl.services import (
+    EvaluationService,
+    InferenceService,
+    TrainingConfig,
+    TrainingService,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
+    url = (tmp_path / "weights").as_uri()
+    config = micro_config()
+    trainer = TrainingService(
+        config, url, tmp_path / "ckpt", TrainingConfig(lr=3e-3, checkpoint_every=2, seed=1)
+    )
+    # Inference starts from different random weights (seed 0); sync must replace them.
+    inference = InferenceService(config, url)
+    evaluation = EvaluationService(config, url)
+    try:
+        assert not _same_weights(trainer.model, inference.engine.model)
+        assert inference.sync() == 0 and _same_weights(trainer.model, inference.engine.model)
+
+        before = inference.generate([[5, 6, 7]], max_new_tokens=4, seed=3)[0]
+        assert before.versions == [0] * len(before.token_ids)
+        held_out = token_batch(seed=99, rows=2)
+        eval0 = evaluation.evaluate(held_out)
+        assert eval0["version"] == 0 and math.isfinite(eval0["loss"])
+
+        batch = token_batch(seed=0)
+        losses = [trainer.train_step(batch)["loss"] for _ in range(3)]
+        assert trainer.flush() == 3 and trainer.version() == 3
+        assert losses[-1] < losses[0]  # it trains
+
+        assert inference.sync() == 3
+        assert _same_weights(trainer.model, inference.engine.model)  # bit-identical
+        after = inference.generate(
+            [[5, 6, 7], [9, 9]], max_new_tokens=5, seed=3, return_routing=True
+        )
+        for result in after:
+            assert result.versions == [3] * len(result.token_ids)
+            assert len(result.logprobs) == len(result.token_ids)
+            assert all(lp <= 0.0 and math.isfinite(lp) for lp in result.logprobs)
+            assert all(0 <= t < VOCAB for t in result.token_ids)
+            assert result.routing is not None
+            assert result.routing.shape[0] == len(result.prompt_ids) + len(result.token_ids)
+        eval3 = evaluation.evaluate(held_out)
+        assert eval3["version"] == 3 and _same_weights(trainer.model, evaluation.model)
+        assert eval3["loss"] != eval0["loss"]
+        assert eval3["tokens"] == sum(len(s) - 1 for s in held_out)
+
+        # A checkpoint every 2 steps: step 2 is on disk with its policy version.
+        latest = trainer.checkpointer.latest() if trainer.checkpointer else None
+        assert latest is not None
+        assert trainer.checkpointer is not None
+        assert trainer.checkpointer.read_state(latest).policy_version == 2
+    finally:
+        trainer.close()
+        inference.close()
+        evaluation.close()
+
+
+def test_restarted_trainer_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    url = (tmp_path / "weights").as_uri()
+    config = micro_config()
+    cfg = TrainingConfig(checkpoint_every=1)
+    first = TrainingService(config, url, tmp_path / "ckpt", cfg)
+    first.train_step(token_batch(seed=0), wait=True)
+    first.train_step(token_batch(seed=1), wait=True)
+    state = {k: v.clone() for k, v in first.model.state_dict().items()}
+    first.close()
+
+    second = TrainingService(config, url, tmp_path / "ckpt", cfg)
+    try:
+        assert second.version() == 2 and second.step == 2
+        assert all(torch.equal(state[k], v) for k, v in second.model.state_dict().items())
+        assert second.train_step(token_batch(seed=2), wait=True)["version"] == 3
+    finally:
+        second.close()
+
+
+def test_services_load_a_pretrained_directory(tmp_path: Path) -> None:
+    from composer_model import ComposerModel
+
+    torch.manual_seed(7)
+    model = ComposerModel(micro_config())
+    save_pretrained(model, tmp_path / "pretrained")
+    trainer = TrainingService(tmp_path / "pretrained", (tmp_path / "w").as_uri())
+    try:
+        assert _same_weights(trainer.model, model)
+    finally:
+        trainer.close()
+
+
+def test_bad_input_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    url = (tmp_path / "weights").as_uri()
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        TrainingService(tmp_path / "missing", url)
+    trainer = TrainingService(micro_config(), url)
+    evaluation = EvaluationService(micro_config(), (tmp_path / "empty").as_uri())
+    try:
+        with pytest.raises(ValueError, match="at least 2"):
+            trainer.train_step([[1]])
+        with pytest.raises(ValueError, match=r"outside \[0, 128\)"):
+            trainer.train_step([[1, 500]])
+        with pytest.raises(ValueError, match="empty"):
+            trainer.train_step([])
+        assert trainer.version() == 0  # nothing was stepped
+        with pytest.raises(RuntimeError, match="no policy version"):
+            evaluation.evaluate([[1, 2, 3]])
+    finally:
+        trainer.close()
+        evaluation.close()
