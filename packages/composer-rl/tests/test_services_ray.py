@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -96,18 +97,18 @@ def test_a_killed_trainer_restarts_from_its_checkpoint(services: Services) -> No
     trainer = services.training
     version = ray.get(trainer.flush.remote())  # checkpoint_every=1: this version is on disk
     pid = ray.get(trainer.__ray_call__.remote(lambda self: os.getpid()))
-    ray.kill(trainer, no_restart=False)
+    ray.kill(trainer, no_restart=False)  # asynchronous: the old process may answer once more
     deadline = time.monotonic() + 120
-    while True:  # calls fail until Ray has restarted the actor
-        try:
+    new_pid = pid
+    while new_pid == pid:  # calls fail (or reach the dying process) until Ray restarts it
+        assert time.monotonic() < deadline, "the killed trainer did not come back"
+        with contextlib.suppress(ray.exceptions.RayActorError):
             new_pid = ray.get(trainer.__ray_call__.remote(lambda self: os.getpid()))
-            break
-        except ray.exceptions.RayActorError:
-            if time.monotonic() > deadline:
-                raise
+        if new_pid == pid:
             time.sleep(0.5)
-    assert new_pid != pid
-    assert ray.get(trainer.version.remote()) == version  # resumed, not reset to 0
+    # Resumed from the checkpoint (not reset to 0); the restored weights are published
+    # under the next unused version number.
+    assert ray.get(trainer.version.remote()) == version + 1
     step = ray.get(trainer.train_step.remote(token_batch(seed=5), wait=True))
-    assert step["version"] == version + 1
-    assert ray.get(services.inference[0].sync.remote()) == version + 1
+    assert step["version"] == version + 2
+    assert ray.get(services.inference[0].sync.remote()) == version + 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -80,23 +81,51 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
         evaluation.close()
 
 
-def test_restarted_trainer_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+def test_restarted_trainer_resumes_from_its_checkpoint_under_a_fresh_version(
+    tmp_path: Path,
+) -> None:
     url = (tmp_path / "weights").as_uri()
     config = micro_config()
-    cfg = TrainingConfig(checkpoint_every=1)
+    cfg = TrainingConfig(checkpoint_every=2)
     first = TrainingService(config, url, tmp_path / "ckpt", cfg)
-    first.train_step(token_batch(seed=0), wait=True)
-    first.train_step(token_batch(seed=1), wait=True)
-    state = {k: v.clone() for k, v in first.model.state_dict().items()}
-    first.close()
+    first.train_step(token_batch(seed=0))
+    first.train_step(token_batch(seed=1))  # checkpoint: step 2, version 2
+    at_checkpoint = {k: v.clone() for k, v in first.model.state_dict().items()}
+    first.train_step(token_batch(seed=2), wait=True)  # version 3 published, not checkpointed
+    first.close()  # "crash" after step 3
 
+    inference = InferenceService(config, url)
+    assert inference.sync() == 3  # a subscriber already holds version 3
     second = TrainingService(config, url, tmp_path / "ckpt", cfg)
     try:
-        assert second.version() == 2 and second.step == 2
-        assert all(torch.equal(state[k], v) for k, v in second.model.state_dict().items())
-        assert second.train_step(token_batch(seed=2), wait=True)["version"] == 3
+        assert second.step == 2  # resumed from the checkpoint ...
+        assert all(torch.equal(at_checkpoint[k], v) for k, v in second.model.state_dict().items())
+        assert second.version() == 4  # ... under a number the store never used
+        assert inference.sync() == 4
+        assert _same_weights(second.model, inference.engine.model)
+        assert second.train_step(token_batch(seed=2), wait=True)["version"] == 5
+        assert inference.sync() == 5 and _same_weights(second.model, inference.engine.model)
     finally:
         second.close()
+        inference.close()
+
+
+def test_inference_follows_new_versions_in_the_background(tmp_path: Path) -> None:
+    url = (tmp_path / "weights").as_uri()
+    trainer = TrainingService(micro_config(), url)
+    inference = InferenceService(micro_config(), url, follow_interval_s=0.05)
+    try:
+        trainer.train_step(token_batch(seed=0), wait=True)
+        deadline = time.monotonic() + 60
+        while inference.version() != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inference.version() == 1
+        assert _same_weights(trainer.model, inference.engine.model)
+        result = inference.generate([[1, 2]], max_new_tokens=3, seed=0)[0]
+        assert result.versions == [1] * len(result.token_ids)
+    finally:
+        inference.close()
+        trainer.close()
 
 
 def test_services_load_a_pretrained_directory(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Eac
 up by one and the new weights go to the weight store in the background
 (`WeightPublisher`: XOR deltas, snapshots, manifest last), so inference services pick
 them up with a `WeightSubscriber`. Step checkpoints (`StepCheckpointer`) hold the model,
-optimizer, RNG state and the policy version; a restarted actor resumes from the latest.
+optimizer, RNG state and the policy version; a restarted actor resumes from the latest
+and publishes the restored weights under a version number the store has not used.
 
 The loss is next-token cross-entropy (+ the config's MTP term) for now: the RL objective
 comes with the RL loop, which calls the same step with its own loss.
@@ -21,7 +22,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_infra.checkpoint import StepCheckpointer
-from composer_infra.store import PublisherConfig, WeightPublisher, open_store
+from composer_infra.store import (
+    ObjectStore,
+    PublisherConfig,
+    WeightPublisher,
+    WeightSubscriber,
+    open_store,
+)
 from composer_model import ComposerModel, compute_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
 
@@ -77,22 +84,37 @@ class TrainingService:
         if resumed is not None:  # a restarted actor continues where the last checkpoint was
             self.step = resumed.step
             self.policy_version = resumed.policy_version
+        store = open_store(store_url)
+        self._skip_used_versions(store)
         self.publisher = WeightPublisher(
-            open_store(store_url),
+            store,
             PublisherConfig(
                 snapshot_every=self.config.snapshot_every,
                 publish_dtype=self.config.publish_dtype,
             ),
         )
         # Publish what we start from, so inference has a version before the first step
-        # (and a resumed run republishes its version as a full snapshot).
+        # (a restarted trainer: its restored weights, under a fresh version number).
         self._publish()
         self.publisher.flush()
 
+    def _skip_used_versions(self, store: ObjectStore) -> None:
+        """Never reuse a version number the store already holds.
+
+        A trainer restarted from a checkpoint at version v may find v+1.. published by
+        its previous life (steps after the checkpoint). Subscribers may hold those, and a
+        token stamped with a version must name one set of weights, so the restored
+        weights are published under the next unused number instead.
+        """
+        subscriber = WeightSubscriber(store, readers=1)
+        try:
+            latest = subscriber.latest_version()
+        finally:
+            subscriber.close()
+        if latest is not None and latest >= self.policy_version:
+            self.policy_version = latest + 1
+
     def _publish(self) -> None:
-        # Known gap: after a restart, versions published past the last checkpoint are
-        # republished with new weights under the same numbers; the RL loop must
-        # checkpoint every step (or prune the store past it) to keep versions unique.
         self.publisher.publish(self.model.state_dict(), self.policy_version)
 
     def train_step(self, batch: Sequence[Sequence[int]], *, wait: bool = False) -> dict[str, Any]:
