@@ -36,14 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What `composer-rl` with no subcommand runs, in order, each on its defaults: stage one
+# (reusing finished phases), then evaluation of its SFT checkpoint on held-out tasks. The
+# asynchronous RL loop joins this list when it lands.
+DEFAULT_PIPELINE: tuple[tuple[str, ...], ...] = (("stage1",), ("eval",))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
+    if getattr(args, "handler", None) is None:
+        print(
+            "composer-rl: no subcommand, running the default pipeline: "
+            + ", then ".join(" ".join(step) for step in DEFAULT_PIPELINE)
+            + " (see --help)"
+        )
+        for step in DEFAULT_PIPELINE:
+            step_args = parser.parse_args(list(step))
+            code = int(step_args.handler(step_args) or 0)
+            if code:
+                return code
         return 0
-    return int(handler(args) or 0)
+    return int(args.handler(args) or 0)
 
 
 if __name__ == "__main__":
