@@ -1,5 +1,11 @@
-"""Device meshes, context and expert parallelism (folded from DP x CP) and sequence packing for composer-model."""
+"""Device meshes, context and expert parallelism (folded from DP x CP) and sequence packing."""
+
+from composer_parallel.backends import (
+    ExpertDispatchBackend,
+    deep_ep_available,
+    expert_dispatch_backend,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["ExpertDispatchBackend", "__version__", "deep_ep_available", "expert_dispatch_backend"]
