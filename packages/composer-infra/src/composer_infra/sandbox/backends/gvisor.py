@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from contextlib import suppress
 from pathlib import Path
@@ -40,6 +41,7 @@ from composer_infra.sandbox.results import CommandResult
 # Kill every process but init, this shell and the sessions of background processes
 # (each is started as a session leader, so its children share its session id); repeat
 # until none is left, so a fork bomb's children born during a pass die in the next.
+SWEEP_ATTEMPTS = 20
 _SWEEP = (
     "i=0; while [ $i -lt 200 ]; do i=$((i+1)); n=0; "
     'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
@@ -275,14 +277,20 @@ class GVisorRuntime(Runtime):
         ]
 
     def _sweep(self) -> None:
+        # While a fork bomb still fills the process table, `runsc exec` itself can fail to
+        # start the sweep; try again until one sweep has run to the end.
         keep = " ".join(str(p) for p in self.keep)
-        subprocess.run(
-            self._exec_argv("/usr/bin/env", f"KEEP={keep}", "/bin/sh", "-c", _SWEEP),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+        for _ in range(SWEEP_ATTEMPTS):
+            result = subprocess.run(
+                self._exec_argv("/usr/bin/env", f"KEEP={keep}", "/bin/sh", "-c", _SWEEP),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            if result.returncode == 0:
+                return
+            time.sleep(0.2)
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
         return run_capped(
