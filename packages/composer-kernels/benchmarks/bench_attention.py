@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from _timing import paired_medians
 
 from composer_kernels import attention
 
@@ -32,18 +30,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tenso
     scores = (q.transpose(0, 1) @ k.transpose(0, 1).transpose(1, 2)) / math.sqrt(dim)
     scores = scores.masked_fill(~mask, float("-inf"))
     return (torch.softmax(scores, -1) @ v.transpose(0, 1)).transpose(0, 1)
-
-
-def _paired(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
-    a()
-    b()
-    ta, tb = [], []
-    for _ in range(repeats):
-        for fn, out in ((a, ta), (b, tb)):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
-    return statistics.median(ta), statistics.median(tb)
 
 
 def main() -> None:
@@ -67,7 +53,7 @@ def main() -> None:
         def ref(q=q, k=k, v=v, cu=cu, g=g) -> object:  # type: ignore[no-untyped-def]
             return torch.autograd.grad(reference(q, k, v, cu), (q, k, v), g)
 
-        t_ours, t_ref = _paired(ours, ref, args.repeats)
+        t_ours, t_ref = paired_medians(ours, ref, args.repeats, q.device)
         print(
             f"{total:>7} {docs:>5} {t_ours * 1e3:>9.1f} {t_ref * 1e3:>13.1f} {t_ref / t_ours:>7.2f}"
         )

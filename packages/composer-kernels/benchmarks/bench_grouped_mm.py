@@ -12,11 +12,10 @@ both see the same machine load. Also times the quantized recipe
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from _timing import paired_medians
 
 from composer_kernels import quantized_grouped_mm
 from composer_kernels.grouped_mm import (
@@ -24,29 +23,6 @@ from composer_kernels.grouped_mm import (
     grouped_mm_native,
     native_grouped_mm_applies,
 )
-
-
-def _seconds(fn: Callable[[], object], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def _paired_medians(
-    a: Callable[[], object], b: Callable[[], object], repeats: int, device: torch.device
-) -> tuple[float, float]:
-    """Median seconds of `a` and of `b`, timed alternately so both see the same load."""
-    a()  # warm-up (and Triton compilation)
-    b()
-    times_a, times_b = [], []
-    for _ in range(repeats):
-        times_a.append(_seconds(a, device))
-        times_b.append(_seconds(b, device))
-    return statistics.median(times_a), statistics.median(times_b)
 
 
 def main() -> None:
@@ -91,11 +67,11 @@ def main() -> None:
     )
     print(f"{'pass':<14} {'fused ms':>14} {'loop ms':>9} {'ratio':>7}")
     for name, make in (("forward", fwd), ("forward+back", fwd_bwd)):
-        t_ours, t_loop = _paired_medians(
+        t_ours, t_loop = paired_medians(
             make(grouped_mm_native), make(grouped_mm_loop), args.repeats, device
         )
         print(f"{name:<14} {t_ours * 1e3:>14.2f} {t_loop * 1e3:>9.2f} {t_loop / t_ours:>7.2f}")
-    t_q, t_hp = _paired_medians(
+    t_q, t_hp = paired_medians(
         fwd_bwd(quantized_grouped_mm), fwd_bwd(grouped_mm_loop), max(3, args.repeats // 3), device
     )
     print(

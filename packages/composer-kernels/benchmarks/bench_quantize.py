@@ -11,36 +11,12 @@ CUDA machine both sides run on the GPU (ours through the Triton kernels).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from _timing import paired_medians
 
 from composer_kernels.formats import mx_quantize, nvfp4_quantize
-
-
-def _seconds(fn: Callable[[], object], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def _paired_medians(
-    a: Callable[[], object], b: Callable[[], object], repeats: int, device: torch.device
-) -> tuple[float, float]:
-    """Median seconds of `a` and of `b`, timed alternately so both see the same load."""
-    a()  # warm-up (and Triton compilation)
-    b()
-    times_a, times_b = [], []
-    for _ in range(repeats):
-        times_a.append(_seconds(a, device))
-        times_b.append(_seconds(b, device))
-    return statistics.median(times_a), statistics.median(times_b)
 
 
 def main() -> None:
@@ -92,7 +68,7 @@ def main() -> None:
     print(f"device={device} threads={torch.get_num_threads()} x={tuple(x.shape)} {dtype}")
     print(f"{'format':<20} {'ours GB/s':>10} {'torchao GB/s':>13} {'ratio':>7}")
     for name, ours, theirs in cases:
-        t_ours, t_theirs = _paired_medians(ours, theirs, args.repeats, device)
+        t_ours, t_theirs = paired_medians(ours, theirs, args.repeats, device)
         print(
             f"{name:<20} {gigabytes / t_ours:>10.3f} {gigabytes / t_theirs:>13.3f} "
             f"{t_theirs / t_ours:>7.2f}"
