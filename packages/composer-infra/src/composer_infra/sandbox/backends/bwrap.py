@@ -163,9 +163,6 @@ class BwrapRuntime(Runtime):
             str(state_dir / "group"),
             "/etc/group",
         ]
-        for path in self.config.toolchain_paths:
-            if path.exists():
-                args += [*_parent_dirs(path), "--ro-bind", str(path), str(path)]
         args += [
             "--proc",
             "/proc",
@@ -175,6 +172,13 @@ class BwrapRuntime(Runtime):
             str(limits.tmp_bytes),
             "--tmpfs",
             "/tmp",
+        ]
+        # After /tmp: bwrap mounts in order, and a toolchain that lives under /tmp (a
+        # virtualenv in a checkout there) would otherwise be hidden by the fresh tmpfs.
+        for path in self.config.toolchain_paths:
+            if path.exists():
+                args += [*_parent_dirs(path), "--ro-bind", str(path), str(path)]
+        args += [
             "--bind",
             str(self.workspace),
             SANDBOX_ROOT,
