@@ -89,7 +89,7 @@ def test_killed_and_crashing_actors_lose_nothing(runtime: RayRuntime, tmp_path: 
     stats = SlotReconciler(workers, method="rollout", slots=3).run(items, on_result)
     assert sorted(results) == sorted(i for i, _ in items)
     for item_id, payload in items:
-        expected = [expected_token(payload["prompt"], p) for p in range(length)]
+        expected = [expected_token(int(payload["prompt"]), p) for p in range(length)]
         assert results[item_id]["tokens"] == expected, item_id
     # The crashed items resumed from their last rollout checkpoint, not from scratch (a
     # retry may itself be cut short by the outside kill, so later progress is fine too).

@@ -29,6 +29,44 @@ from composer_infra.runtime.config import RuntimeConfig
 log = logging.getLogger(__name__)
 
 
+def refresh_ray_auth_config() -> None:
+    """Make this process's Ray read ``RAY_AUTH_MODE`` (and the token) from the environment again.
+
+    Ray's C++ configuration reads the environment once, when ``ray`` is first imported,
+    and keeps it: setting ``RAY_AUTH_MODE=token`` afterwards (a fixture, a CLI that
+    learns the cluster's mode late) changes nothing, and joining a token-mode cluster
+    then fails with ``InvalidAuthToken`` ("RAY_AUTH_MODE is currently 'disabled'").
+    Ray itself re-reads it the same way when it turns token mode on for a new local
+    instance. Only safe while this process is not connected (no ``ray.init`` active).
+    """
+    if ray.is_initialized():
+        return
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+class ClusterAuthError(RuntimeError):
+    """The cluster refused this process's authentication (not a transient connection error)."""
+
+
+def _auth_error(error: BaseException) -> str | None:
+    """Ray's authentication failure inside `error`, if that is what it is.
+
+    ``ray.init`` wraps it twice (ConnectionError from a RuntimeError whose message holds
+    the formatted ``AuthenticationError`` traceback), so look at types and messages.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ray.exceptions.AuthenticationError) or "InvalidAuthToken" in str(seen):
+            text = str(seen)
+            start = text.find("InvalidAuthToken")
+            return text[start:].split(". ")[0] if start >= 0 else text
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class RayRuntime:
     """A Ray connection owned by this process: `start()`/`stop()` or use as a context manager."""
 
@@ -45,6 +83,9 @@ class RayRuntime:
         # The environment variable is read when ray is first imported; if someone imported
         # ray before us, apply the same choice to the constant ray.init consults.
         ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = cfg.propagate_uv_env
+        # RAY_AUTH_MODE may have been set after `import ray`; the nodes a local instance
+        # starts read it from the environment, so this process must agree with them.
+        refresh_ray_auth_config()
         common: dict[str, Any] = {
             "namespace": cfg.namespace,
             "log_to_driver": cfg.log_to_driver,
@@ -61,7 +102,20 @@ class RayRuntime:
                 **common,
             )
         else:
-            ray.init(address=cfg.address, **common)
+            try:
+                ray.init(address=cfg.address, **common)
+            except Exception as error:
+                auth = _auth_error(error)
+                if auth is None:
+                    raise
+                mode = os.environ.get("RAY_AUTH_MODE", "unset (Ray's default: disabled)")
+                raise ClusterAuthError(
+                    f"the Ray cluster at {cfg.address} refused this process's credentials "
+                    f"(RAY_AUTH_MODE here: {mode}). A cluster started with token "
+                    "authentication needs RAY_AUTH_MODE=token in this process and the "
+                    "cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or "
+                    f"RAY_AUTH_TOKEN; Ray said: {auth}"
+                ) from error
         self._started_here = True
         return self
 
