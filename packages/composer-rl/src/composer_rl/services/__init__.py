@@ -8,10 +8,11 @@ Training (`TrainingService`), inference (`InferenceService`), evaluation
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
-from composer_rl.services.launch import Services, start_services
+from composer_rl.services.launch import SERVICE_NAMES, Services, start_services
 from composer_rl.services.training import TrainingConfig, TrainingService
 
 __all__ = [
+    "SERVICE_NAMES",
     "EnvironmentConfig",
     "EnvironmentService",
     "EvaluationService",
