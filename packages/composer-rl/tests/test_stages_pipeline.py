@@ -28,6 +28,7 @@ def test_stage1_then_eval(tmp_path: Path) -> None:
         kinds = {json.loads(x)["kind"] for x in (d / "metrics.jsonl").read_text().splitlines()}
         assert kinds == {"train", "eval"}
     summary = json.loads((run / "stage1.json").read_text())
+    assert summary[0]["mtp_joined_at"] == 4  # the pretrain phase's join step
     lc = summary[1]
     assert set(lc["position_ce"]) == {
         "before (no scaling)",

@@ -43,7 +43,8 @@ class PhaseConfig(BaseModel):
     mtp_join_step: int | None = Field(
         default=None,
         description="Step from which the MTP loss is on (None: from the start of the phase; "
-        "a value past `steps` keeps it off).",
+        "a value past `steps` keeps it off). With a time limit it also joins once the same "
+        "fraction of the limit has passed.",
     )
     seed: int = 0
     time_limit_s: float | None = Field(
@@ -88,43 +89,43 @@ class Stage1Config(BaseModel):
     pretrain: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="pretrain",
-            steps=600,
+            steps=400,
             seq_len=256,
             rows_per_step=8,
-            mtp_join_step=100,
+            mtp_join_step=200,
             eval_every=100,
             checkpoint_every=100,
-            time_limit_s=330,
+            time_limit_s=180,
         )
     )
     long_context: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="long_context",
-            steps=40,
+            steps=20,
             seq_len=1024,
             rows_per_step=2,
-            eval_every=20,
+            eval_every=10,
             eval_rows=4,
-            checkpoint_every=20,
-            time_limit_s=100,
-            optim=OptimConfig(lr=1e-3, warmup_steps=2),
+            checkpoint_every=10,
+            time_limit_s=40,
+            optim=OptimConfig(lr=3e-4, warmup_steps=2),
         )
     )
     long_context_factor: float = Field(default=4.0, gt=1)
     sft: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="sft",
-            steps=300,
-            seq_len=512,
-            rows_per_step=4,
-            eval_every=50,
-            checkpoint_every=50,
-            eval_rows=8,
-            time_limit_s=120,
-            optim=OptimConfig(lr=2e-3, warmup_steps=5, weight_decay=0.0),
+            steps=700,
+            seq_len=1024,
+            rows_per_step=2,
+            eval_every=100,
+            checkpoint_every=100,
+            eval_rows=4,
+            time_limit_s=320,
+            optim=OptimConfig(lr=2.5e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
         )
     )
-    sft_max_tasks: int = Field(default=650, gt=0)
+    sft_max_tasks: int = Field(default=6000, gt=0)
     threads: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")

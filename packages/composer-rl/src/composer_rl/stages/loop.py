@@ -134,6 +134,24 @@ def evaluate(
     return result
 
 
+def mtp_joins(config: PhaseConfig, step: int, elapsed_s: float) -> bool:
+    """Whether the MTP module joins at this step.
+
+    It joins at `mtp_join_step`, or, in a phase with a time limit, once the same fraction
+    of the limit has passed: a phase cut short by its limit still trains MTP for its later
+    part instead of ending before the join step. A join step past `steps` keeps MTP off.
+    """
+    join = config.mtp_join_step
+    if join is None:
+        return True
+    if join > config.steps:
+        return False
+    if step >= join:
+        return True
+    limit = config.time_limit_s
+    return limit is not None and elapsed_s >= limit * join / config.steps
+
+
 @dataclass
 class PhaseResult:
     run_dir: Path
@@ -141,6 +159,7 @@ class PhaseResult:
     stopped_early: bool
     seconds: float
     final_eval: dict[str, Any] = field(default_factory=dict)
+    mtp_joined_at: int | None = None
 
 
 def train_phase(
@@ -160,12 +179,14 @@ def train_phase(
         optimizer, lambda s: lr_factor(s, config.steps, config.optim)
     )
     start_step = 0
+    mtp_joined_at: int | None = None
     state = load_latest(run_dir)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_step = int(state["step"])
+        mtp_joined_at = state.get("mtp_joined_at")
     logger = MetricsLogger(run_dir, resume_step=start_step)
     model.train()
     began = time.monotonic()
@@ -181,6 +202,7 @@ def train_phase(
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
+                "mtp_joined_at": mtp_joined_at,
             },
             keep=config.keep_checkpoints,
         )
@@ -195,7 +217,9 @@ def train_phase(
         )
         window_tokens, window_start = 0, time.monotonic()
         while step < config.steps:
-            mtp_on = config.mtp_join_step is None or step >= config.mtp_join_step
+            if mtp_joined_at is None and mtp_joins(config, step, time.monotonic() - began):
+                mtp_joined_at = step
+            mtp_on = mtp_joined_at is not None
             batch = make_batch(
                 train, batch_rows(len(train), config.rows_per_step, step, config.seed)
             )
@@ -246,4 +270,5 @@ def train_phase(
         stopped_early=stopped_early,
         seconds=time.monotonic() - began,
         final_eval=final_eval,
+        mtp_joined_at=mtp_joined_at,
     )
