@@ -134,7 +134,22 @@ def kernels_alone(session: nox.Session) -> None:
         silent=True,
     )
     wheel = next(dist.glob("composer_kernels-*.whl"))
-    session.install("--reinstall", "-r", str(requirements), str(wheel))
+    requirements.write_text(requirements.read_text() + f"{wheel}\n")
+    # `uv pip sync` leaves exactly these packages in the (reused) venv. Only our wheel is
+    # reinstalled: `--reinstall` for all would imply `--refresh` and download torch's
+    # 3 GB of CUDA wheels again on every run.
+    python = str(Path(session.virtualenv.location) / "bin" / "python")
+    session.run(
+        "uv",
+        "pip",
+        "sync",
+        "--python",
+        python,
+        "--reinstall-package",
+        "composer-kernels",
+        str(requirements),
+        external=True,
+    )
     tests_copy = Path(session.create_tmp()).resolve() / "kernels-tests"
     shutil.rmtree(tests_copy, ignore_errors=True)
     shutil.copytree(ROOT / "packages" / "composer-kernels" / "tests", tests_copy)
