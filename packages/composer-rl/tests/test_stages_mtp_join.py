@@ -3,8 +3,16 @@ would end it before that step; and a resumed phase keeps the join it already mad
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import torch
+from _services_support import micro_config, token_batch
+
+from composer_model import ComposerModel
 from composer_rl.stages.config import OptimConfig, PhaseConfig
-from composer_rl.stages.loop import mtp_joins
+from composer_rl.stages.loop import mtp_joins, train_phase
+from composer_rl.stages.packing import pack_documents
 
 
 def _phase(**fields: object) -> PhaseConfig:
@@ -38,3 +46,25 @@ def test_a_time_limited_phase_joins_at_the_same_fraction_of_its_limit() -> None:
 def test_a_join_step_past_the_end_keeps_mtp_off_even_with_a_time_limit() -> None:
     phase = _phase(steps=10, mtp_join_step=11, time_limit_s=5)
     assert not mtp_joins(phase, step=9, elapsed_s=1e9)
+
+
+def test_a_join_made_by_the_time_limit_survives_a_resume(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    documents = token_batch(seed=0, rows=16, length=40)
+    train = pack_documents(documents, 32, eos_id=0)
+    model = ComposerModel(micro_config())
+    run_dir = tmp_path / "phase"
+    # A limit this short is past 5/6 of itself before the first step: MTP joins at step 0
+    # (long before its join step, 5), and the phase stops after that step.
+    cut = _phase(steps=6, mtp_join_step=5, time_limit_s=1e-6, rows_per_step=2, eval_rows=2)
+    first = train_phase(model, cut, train, train, run_dir, show_progress=False)
+    assert (first.steps_done, first.stopped_early, first.mtp_joined_at) == (1, True, 0)
+
+    # Resumed without a limit, MTP stays on from where it joined: the join came back from
+    # the checkpoint (the step rule alone would switch it off again until step 5).
+    again = cut.model_copy(update={"time_limit_s": None})
+    second = train_phase(model, again, train, train, run_dir, show_progress=False)
+    assert (second.steps_done, second.mtp_joined_at) == (6, 0)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["mtp_on"] for r in records if r["kind"] == "train"] == [1] * 6
