@@ -14,7 +14,8 @@ comes with the RL loop, which calls the same step with its own loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ from composer_infra.store import (
     WeightSubscriber,
     open_store,
 )
-from composer_model import ComposerModel, compute_loss
+from composer_model import ComposerModel, compute_loss, save_pretrained
+from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.trainer import RLLossConfig, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
 
 
@@ -52,6 +55,11 @@ class TrainingConfig(BaseModel):
     )
     seed: int = 0
     threads: int | None = Field(default=None, ge=1, description="torch threads in this process")
+    rl: RLLossConfig = Field(default_factory=RLLossConfig, description="the RL objective")
+    reference: bool = Field(
+        default=False,
+        description="keep a frozen copy of the initial policy as the KL reference (RL)",
+    )
 
 
 class TrainingService:
@@ -78,12 +86,19 @@ class TrainingService:
             if checkpoint_dir is not None
             else None
         )
+        # The KL reference is the policy we start from (before any checkpoint is restored).
+        self.reference: ComposerModel | None = None
+        if self.config.reference:
+            self.reference = build_model(model, seed=self.config.seed).eval()
+            self.reference.requires_grad_(False)
         self.step = 0
         self.policy_version = 0
+        self.loop_state: dict[str, Any] = {}
         resumed = self.checkpointer.load(self.model, self.optimizer) if self.checkpointer else None
         if resumed is not None:  # a restarted actor continues where the last checkpoint was
             self.step = resumed.step
             self.policy_version = resumed.policy_version
+            self.loop_state = dict(resumed.sampler)
         store = open_store(store_url)
         self._skip_used_versions(store)
         self.publisher = WeightPublisher(
@@ -124,14 +139,51 @@ class TrainingService:
         `wait=True` (or `flush()`) returns only once the version is visible in the store.
         """
         input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
+
+        def loss_fn() -> tuple[torch.Tensor, dict[str, float]]:
+            out = compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens)
+            return out.loss, {
+                "lm_loss": float(out.lm_loss.detach()),
+                "mtp_loss": float(out.mtp_loss.detach()),
+            }
+
+        stats = self._step(loss_fn, wait=wait)
+        stats["tokens"] = int(input_ids.numel())
+        return stats
+
+    def train_rl(
+        self, trajectories: Sequence[Trajectory], loop_state: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
+
+        `loop_state` (the orchestrator's consumed and dropped groups) is stored with the
+        next step checkpoint, so a resumed run trains exactly the groups it had not.
+        """
+        batch = pack(trajectories)
+        if loop_state is not None:
+            self.loop_state = dict(loop_state)
+
+        def loss_fn() -> tuple[torch.Tensor, dict[str, float]]:
+            out = rl_loss(self.model, batch, self.config.rl, self.reference)
+            return out.loss, out.metrics
+
+        stats = self._step(loss_fn)
+        stats["tokens"] = batch.num_tokens
+        stats["sequences"] = batch.num_sequences
+        return stats
+
+    def _step(
+        self, loss_fn: Callable[[], tuple[torch.Tensor, dict[str, float]]], *, wait: bool = False
+    ) -> dict[str, Any]:
+        began = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens)
-        if not torch.isfinite(loss.loss):
+        loss, metrics = loss_fn()
+        if not torch.isfinite(loss):
             raise FloatingPointError(
-                f"non-finite loss {float(loss.loss.detach())} at step {self.step + 1}; lower lr"
+                f"non-finite loss {float(loss.detach())} at step {self.step + 1}; lower lr"
             )
-        loss.loss.backward()
+        loss.backward()
         grad_norm = (
             float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
             if self.config.grad_clip is not None
@@ -150,11 +202,10 @@ class TrainingService:
         return {
             "step": self.step,
             "version": self.policy_version,
-            "loss": float(loss.loss.detach()),
-            "lm_loss": float(loss.lm_loss.detach()),
-            "mtp_loss": float(loss.mtp_loss.detach()),
+            "loss": float(loss.detach()),
+            **metrics,
             "grad_norm": grad_norm,
-            "tokens": int(input_ids.numel()),
+            "train_seconds": time.monotonic() - began,
         }
 
     def save_checkpoint(self) -> str:
@@ -165,13 +216,22 @@ class TrainingService:
             step=self.step,
             model=self.model,
             optimizer=self.optimizer,
-            sampler={},  # the RL loop's sampler position goes here when it drives training
+            sampler=self.loop_state,  # the RL loop's consumed / dropped groups
             policy_version=self.policy_version,
         )
         return str(path)
 
     def version(self) -> int:
         return self.policy_version
+
+    def export(self, directory: str) -> str:
+        """Write the current policy with `save_pretrained` (loadable by eval and inference)."""
+        save_pretrained(self.model, directory)
+        return directory
+
+    def resume_state(self) -> dict[str, Any]:
+        """Step, version and loop state restored from the latest checkpoint (empty if none)."""
+        return {"step": self.step, "version": self.policy_version, "loop": self.loop_state}
 
     def flush(self) -> int:
         """Wait until every published version is in the store; returns the current version."""
