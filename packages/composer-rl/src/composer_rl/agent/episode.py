@@ -27,6 +27,13 @@ from composer_rl.agent.format import (
 )
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
 from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
+from composer_rl.rl.summarize import (
+    SUMMARY_REQUEST,
+    SummaryConfig,
+    condensed_prompt,
+    should_summarize,
+    summary_text,
+)
 from composer_rl.tasks.model import Task
 
 
@@ -55,6 +62,13 @@ class EpisodeResult:
     grading_error: str | None = None  # the grader failed (infrastructure): no reward
     key: str = ""  # the submitter's label (the RL loop's group id)
     sandbox_seconds: float = 0.0  # tool calls and grading, wall-clock
+    segments: list[TokenRecord] = field(default_factory=list)  # closed by self-summaries
+    summaries: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[TokenRecord]:
+        """Every segment's token record, in order (one unless the episode summarized)."""
+        return [*self.segments, self.record]
 
     @property
     def solved(self) -> bool:
@@ -117,6 +131,7 @@ class RunnerConfig:
     backend: str | None = None
     grading_workers: int = 4
     record_routing: bool = False
+    summary: SummaryConfig | None = None  # self-summarization; None: an episode ends at its context
 
 
 @dataclass
@@ -125,6 +140,7 @@ class _Live:
     sandbox: Sandbox
     ids: list[int]
     turns: int = 0
+    summarizing: bool = False
 
 
 def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
@@ -159,6 +175,7 @@ class EpisodeRunner:
         self.config = config
         special = tokenizer.special_ids
         self.stop_ids = [special[t] for t in (TOOL_CALL_END, END_OF_TURN, "<|endoftext|>")]
+        self.summary_stop_ids = [special[t] for t in (END_OF_TURN, "<|endoftext|>")]
         self._pending: list[tuple[Task, int, str]] = []
         self._live: dict[str, _Live] = {}
         self._grading: list[tuple[EpisodeResult, Future[tuple[TestReport, dict[str, str]]]]] = []
@@ -170,11 +187,15 @@ class EpisodeRunner:
         room = self.engine.max_seq_len - len(live.ids) - 1
         if room < 8:
             return None
+        wanted = self.config.max_new_tokens
+        stops = self.stop_ids
+        if live.summarizing and self.config.summary is not None:
+            wanted, stops = self.config.summary.summary_tokens, self.summary_stop_ids
         return SamplingParams(
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            max_new_tokens=min(self.config.max_new_tokens, room),
-            stop_token_ids=self.stop_ids,
+            max_new_tokens=min(wanted, room),
+            stop_token_ids=stops,
             seed=request_seed,
             return_routing=self.config.record_routing,
         )
@@ -279,7 +300,40 @@ class EpisodeRunner:
         request_id = self.engine.add_request(state.ids, params)
         self._live[request_id] = state
 
+    def _summarize_or_submit(self, state: _Live) -> None:
+        """Continue the episode; first ask for a summary if the next turn could overflow."""
+        done = len(state.result.summaries)
+        if should_summarize(len(state.ids), self.config.max_new_tokens, done, self.config.summary):
+            request = self.tokenizer.encode(SUMMARY_REQUEST)
+            state.ids += request
+            state.result.record.add_context(request)
+            state.result.transcript.segments.append(Segment("prompt", SUMMARY_REQUEST))
+            state.summarizing = True
+        self._submit(state)
+
+    def _condense(self, state: _Live, generation: GenerationResult) -> None:
+        """The summary came back: close this segment, continue from the condensed context."""
+        result = state.result
+        result.record.add_generation(generation)
+        text = self.tokenizer.decode(generation.token_ids)
+        result.generated_tokens += len(generation.token_ids)
+        result.transcript.segments.append(Segment("summary", text))
+        result.summaries.append(summary_text(text))
+        result.segments.append(result.record)
+        result.record = TokenRecord()
+        prompt = condensed_prompt(
+            result.task.instruction, result.summaries[-1], len(result.summaries)
+        )
+        result.transcript.segments.append(Segment("prompt", prompt))
+        state.ids = self.tokenizer.encode(prompt)
+        result.record.add_context(state.ids)
+        state.summarizing = False
+        self._submit(state)
+
     def _advance(self, state: _Live, generation: GenerationResult) -> None:
+        if state.summarizing:
+            self._condense(state, generation)
+            return
         result = state.result
         token_ids = generation.token_ids
         result.record.add_generation(generation)
@@ -319,7 +373,7 @@ class EpisodeRunner:
         if state.turns >= self.config.max_turns:
             self._finish(state, "max_turns")
             return
-        self._submit(state)
+        self._summarize_or_submit(state)
 
 
 def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode:
@@ -346,7 +400,7 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             *(
                 Message(role="assistant", content=render.text)
                 for render in result.transcript.segments
-                if render.kind == "tool_call"
+                if render.kind in ("tool_call", "summary")
             ),
         ),
         tool_calls=tuple(

@@ -8,6 +8,7 @@ bad value is an error that names the key and what it accepts, never a silent def
 from __future__ import annotations
 
 import argparse
+import json
 import tomllib
 import types
 import typing
@@ -165,7 +166,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         ) + f" (default: {info.get_default(call_default_factory=True)!r})"
         if choices:
             help_text += f"; one of {', '.join(choices)}"
-        parser.add_argument(f"--{key}", dest=f"cfg::{key}", metavar="V", help=help_text)
+        flag = "--" + key.replace("_", "-")
+        parser.add_argument(flag, dest=f"cfg::{key}", metavar="V", help=help_text)
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -176,9 +178,14 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _parse_flag(raw: str) -> Any:
-    lowered = raw.strip().lower()
-    if lowered in ("none", "null"):
+    text = raw.strip()
+    if text.lower() in ("none", "null"):
         return None
+    if text.startswith(("[", "{")):  # lists and tables as JSON: --plugins.block '["style"]'
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"flag value {raw!r} is not valid JSON: {error}") from None
     return raw
 
 

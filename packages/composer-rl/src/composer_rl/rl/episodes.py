@@ -20,21 +20,26 @@ from composer_rl.rl.orchestrator import ScoredEpisode
 
 
 def trajectories_of(result: EpisodeResult) -> list[Trajectory]:
-    """The episode's token records as trajectories (one per segment; one without summaries)."""
-    record = result.record
-    n = record.routed_prefix if record.routing else len(record.tokens)
+    """The episode's token records as trajectories: one per segment of a self-summarized
+    chain (they share the episode's reward); segments the policy wrote nothing in are left out."""
     episode_id = f"{result.key or result.task.id}.s{result.sample}"
-    return [
-        Trajectory(
-            tokens=record.tokens[:n],
-            sampled=record.sampled[:n],
-            logprobs=record.logprobs[:n],
-            versions=record.versions[:n],
-            routing=record.routing[:n] if record.routing else None,
-            episode_id=episode_id,
-            segment=0,
+    out = []
+    for index, record in enumerate(result.records):
+        n = record.routed_prefix if record.routing else len(record.tokens)
+        if n < 2 or not any(record.sampled[:n]):
+            continue
+        out.append(
+            Trajectory(
+                tokens=record.tokens[:n],
+                sampled=record.sampled[:n],
+                logprobs=record.logprobs[:n],
+                versions=record.versions[:n],
+                routing=record.routing[:n] if record.routing else None,
+                episode_id=episode_id,
+                segment=index,
+            )
         )
-    ]
+    return out
 
 
 def score_result(
@@ -56,7 +61,7 @@ def score_result(
         components = {sc.component.name: sc.component.weighted for sc in score.components}
         flags = score.flags
     line: dict[str, Any] = {
-        "episode": trajectories[0].episode_id,
+        "episode": f"{result.key or result.task.id}.s{result.sample}",
         "task": result.task.id,
         "category": result.task.category.value,
         "difficulty": result.task.difficulty,
@@ -68,7 +73,9 @@ def score_result(
         "grading_error": result.grading_error,
         "turns": len(result.calls),
         "generated_tokens": result.generated_tokens,
-        "versions": sorted(set(trajectories[0].sampled_versions)),
+        "versions": sorted({v for t in trajectories for v in t.sampled_versions}),
+        "segments": len(result.records),
+        "summaries": result.summaries,
         "transcript": result.transcript.text,
     }
     return ScoredEpisode(

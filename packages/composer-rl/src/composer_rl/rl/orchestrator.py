@@ -398,6 +398,7 @@ class Orchestrator:
         row: dict[str, Any] = {
             **stats,
             "groups": len(batch),
+            "trained_groups": [g.group_id for g in batch],
             "group_lag_max": max(lags) if lags else 0,
             "token_lag_mean": statistics.fmean(token_lags) if token_lags else 0.0,
             "token_lag_max": max(token_lags) if token_lags else 0,
