@@ -38,6 +38,9 @@ def _config(tmp_path: Path, **loop: object):  # type: ignore[no-untyped-def]
 
 def test_async_loop_trains_publishes_and_logs(tmp_path: Path) -> None:
     config = _config(tmp_path, steps=3)
+    config = config.model_copy(
+        update={"eval": config.eval.model_copy(update={"every": 2, "during_per_template": 1})}
+    )
     history = run_rl(config)
     assert [row["step"] for row in history] == [1, 2, 3]
     for row in history:
@@ -59,8 +62,13 @@ def test_async_loop_trains_publishes_and_logs(tmp_path: Path) -> None:
     sampler = json.loads((run / "sampler.json").read_text())
     assert len(sampler["drawn"]) == len(set(sampler["drawn"]))
     assert len(GroupStore(run / "groups").ids()) >= 3
+    # The evaluation service scored version 2 on held-out tasks beside training.
+    (evaluation,) = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    assert evaluation["version"] >= 2 and evaluation["tasks"] >= 13
+    assert 0.0 <= evaluation["pass@1"] <= 1.0
 
 
+@pytest.mark.slow
 def test_resume_trains_on_without_repeating_a_prompt(tmp_path: Path) -> None:
     config = _config(tmp_path, steps=2)
     run_rl(config)
@@ -74,6 +82,7 @@ def test_resume_trains_on_without_repeating_a_prompt(tmp_path: Path) -> None:
     assert len(drawn) == len(set(drawn))
 
 
+@pytest.mark.slow
 def test_sync_mode_is_the_same_loop_alternating(tmp_path: Path) -> None:
     config = _config(tmp_path, steps=2, sync=True)
     history = run_rl(config)

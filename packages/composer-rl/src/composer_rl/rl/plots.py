@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+def read_rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict[str, Any]]:
+    path = run_dir / name
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -40,8 +40,22 @@ def plot_training(run_dir: Path) -> Path:
         ("kl_k1", "KL to reference: k1 (k3 dashed)"),
         ("logprob_mismatch", "|log pi_train - log pi_behaviour|"),
     ]
+    evals = read_rows(run_dir, "eval.jsonl")
+    if evals:
+        panels.insert(1, ("pass@1", "held-out pass@1 during training (± s.e.)"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True)
     for ax, (key, title) in zip(axes, panels, strict=True):
+        if key == "pass@1":
+            ax.errorbar(
+                [r["version"] for r in evals],
+                [r["pass@1"] for r in evals],
+                yerr=[0 if math.isnan(r["pass@1_se"]) else r["pass@1_se"] for r in evals],
+                marker="o",
+                capsize=3,
+            )
+            ax.set_title(title, fontsize=9)
+            ax.grid(alpha=0.3)
+            continue
         xs, ys = _series(rows, key)
         ax.plot(xs, ys, marker=".", linewidth=1)
         if key == "kl_k1":

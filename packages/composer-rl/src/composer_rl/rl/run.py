@@ -33,6 +33,7 @@ from composer_rl.rl.config import RLConfig, to_toml
 from composer_rl.rl.episodes import score_result
 from composer_rl.rl.orchestrator import Orchestrator, OrchestratorConfig, ScoredEpisode
 from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
+from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
 from composer_rl.services.training import TrainingConfig, TrainingService
 from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
@@ -106,6 +107,7 @@ def runner_config(config: RLConfig) -> RunnerConfig:
 class RunHandles:
     trainer: LocalEndpoint | RayEndpoint
     rollout: LocalEndpoint | RayEndpoint
+    evaluation: LocalEndpoint | RayEndpoint
     stop: Callable[[], None]
 
 
@@ -122,16 +124,18 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
         threads=config.threads,
         max_seq_len=config.rollout.max_seq_len,
     )
-    t, r = LocalEndpoint(trainer), LocalEndpoint(inference)
+    evaluation = EvaluationService(config.model, store_url, threads=config.threads)
+    t, r, e = LocalEndpoint(trainer), LocalEndpoint(inference), LocalEndpoint(evaluation)
 
     def stop() -> None:
+        for endpoint in (t, r, e):
+            endpoint.close()
         trainer.flush()
         trainer.close()
         inference.close()
-        t.close()
-        r.close()
+        evaluation.close()
 
-    return RunHandles(t, r, stop)
+    return RunHandles(t, r, e, stop)
 
 
 def start_ray(config: RLConfig, store_url: str) -> RunHandles:
@@ -155,13 +159,19 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
         ray.get(services.training.flush.remote())
         services.stop()
 
-    return RunHandles(RayEndpoint(services.training), RayEndpoint(services.inference[0]), stop)
+    return RunHandles(
+        RayEndpoint(services.training),
+        RayEndpoint(services.inference[0]),
+        RayEndpoint(services.evaluation),
+        stop,
+    )
 
 
 class RunLog:
     """metrics.jsonl and episodes/episodes.jsonl, appended line by line."""
 
     def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
         self.metrics = (run_dir / "metrics.jsonl").open("a")
         self.episodes = (run_dir / "episodes" / "episodes.jsonl").open("a")
@@ -170,6 +180,10 @@ class RunLog:
         self.metrics.write(json.dumps(row, default=str) + "\n")
         self.metrics.flush()
 
+    def evaluation(self, row: dict[str, Any]) -> None:
+        with (self.run_dir / "eval.jsonl").open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
     def episode(self, episode: ScoredEpisode, group_id: str) -> None:
         self.episodes.write(json.dumps({"group": group_id, **episode.record}) + "\n")
         self.episodes.flush()
@@ -177,6 +191,43 @@ class RunLog:
     def close(self) -> None:
         self.metrics.close()
         self.episodes.close()
+
+
+class PeriodicEvaluation:
+    """Every `eval.every` versions, the evaluation service scores the newest policy on
+    held-out tasks; the loop does not wait for it (one evaluation in flight at a time)."""
+
+    def __init__(
+        self, config: RLConfig, endpoint: LocalEndpoint | RayEndpoint, tokenizer: str, log: RunLog
+    ) -> None:
+        self.every = config.eval.every
+        self.endpoint = endpoint
+        self.tokenizer = tokenizer
+        self.log = log
+        self.runner = runner_config(config)
+        self.tasks = (
+            sample_tasks(
+                collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=config.seed
+            )
+            if self.every
+            else []
+        )
+        self.pending: Future[Any] | None = None
+
+    def _collect(self, block: bool) -> None:
+        if self.pending is not None and (block or self.pending.done()):
+            self.log.evaluation(self.pending.result())
+            self.pending = None
+
+    def after_step(self, version: int) -> None:
+        self._collect(block=False)
+        if self.every and version % self.every == 0 and self.pending is None:
+            self.pending = self.endpoint.call(
+                "evaluate_tasks", self.tokenizer, self.tasks, self.runner
+            )
+
+    def finish(self) -> None:
+        self._collect(block=True)
 
 
 def run_rl(
@@ -220,9 +271,11 @@ def run_rl(
         handles.rollout.call("sync").result()
         handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
         loop_state = resumed["loop"]
+        periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
 
         def step_done(row: dict[str, Any]) -> None:
             log.step(row)
+            periodic.after_step(int(row["version"]))
             if on_step is not None:
                 on_step(row)
 
@@ -252,6 +305,7 @@ def run_rl(
             step_boundary=step_boundary,
         )
         history = orchestrator.run()
+        periodic.finish()
         handles.trainer.call("save_checkpoint").result()
         final = run_dir / "final"
         handles.trainer.call("export", str(final)).result()

@@ -3,21 +3,26 @@
 A plain class; `composer_rl.services.start_services` runs it as a Ray actor. It follows
 the trainer through its own `WeightSubscriber` (so evaluation never stalls training or
 inference) and reports held-out next-token cross-entropy for the version it evaluated.
-Task-level evaluation (episodes in sandboxes, pass@k) lives in `composer_rl.eval` and
-plugs in here when the RL loop schedules it.
+`evaluate_tasks` runs greedy agent episodes on held-out tasks with the newest version
+(pass@1 with its standard error): the RL loop schedules it every Nth version without
+waiting for it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import compute_loss
+from composer_model import ComposerTokenizer, InferenceEngine, compute_loss
+from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
+from composer_rl.rl.compare import mean_se
 from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
+from composer_rl.tasks.model import Task
 
 
 class EvaluationService:
@@ -65,6 +70,29 @@ class EvaluationService:
             "perplexity": math.exp(loss),
             "tokens": int(input_ids.numel()) - len(sequences),
         }
+
+    def evaluate_tasks(
+        self, tokenizer_path: str, tasks: Sequence[Task], runner: RunnerConfig
+    ) -> dict[str, Any]:
+        """Sync to the newest version, run one greedy episode per task, return pass@1 ± s.e.
+
+        Runs on this service's own engine and weight subscription, so the RL loop keeps
+        generating and training while a version is evaluated.
+        """
+        self.subscriber.sync()
+        if self.policy_version is None:
+            raise RuntimeError("no policy version is published yet: start the training service")
+        version = self.policy_version
+        tokenizer = ComposerTokenizer.from_file(tokenizer_path)
+        engine = InferenceEngine(self.model, tokenizer, max_batch_size=16)
+        greedy = replace(runner, temperature=0.0, record_routing=False, summary=runner.summary)
+        episodes = EpisodeRunner(engine, tokenizer, greedy)
+        try:
+            results = episodes.run(list(tasks))
+        finally:
+            episodes.close()
+        mean, se = mean_se([float(r.solved) for r in results])
+        return {"version": version, "pass@1": mean, "pass@1_se": se, "tasks": len(results)}
 
     def close(self) -> None:
         self.subscriber.close()
