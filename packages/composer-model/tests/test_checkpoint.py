@@ -11,7 +11,7 @@ from conftest import micro_config
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from composer_model import WeightsError, ComposerModel, load_pretrained, save_pretrained
+from composer_model import ComposerModel, WeightsError, load_pretrained, save_pretrained
 from composer_model.checkpoint import to_hf_state_dict
 
 

@@ -1,5 +1,7 @@
 """Sandboxed coding environments, the delta-compressed weight store, policy-aware checkpoints and the Ray service runtime."""
 
+from composer_infra._lazy import lazy_getattr
+
 # -- sandboxes and the environment service (light: pydantic, pluggy, zstandard) --
 from composer_infra.environment import (
     EnvironmentConfig,
@@ -60,14 +62,7 @@ _LAZY_EXPORTS = {
 }
 __all__ += list(_LAZY_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    module = _LAZY_EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'composer_infra' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY_EXPORTS)
 
 
 __all__ += [  # sandboxes and the environment service

@@ -21,7 +21,6 @@ __version__ = "0.1.0"
 __all__ = [
     "PRESETS",
     "SPECIAL_TOKENS",
-    "WeightsError",
     "ComposerModel",
     "ComposerTokenizer",
     "GenerationResult",
@@ -33,6 +32,7 @@ __all__ = [
     "SamplingParams",
     "StepObjective",
     "StepStats",
+    "WeightsError",
     "YarnScaling",
     "__version__",
     "build_optimizer",

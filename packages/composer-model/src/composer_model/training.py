@@ -80,7 +80,9 @@ def lr_at(step: int, total_steps: int | None, optim: OptimConfig) -> float:
         return optim.lr
     span = max(1, total_steps - optim.warmup_steps)
     progress = min(1.0, (step - optim.warmup_steps) / span)
-    factor = optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    factor = optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (
+        1 + math.cos(math.pi * progress)
+    )
     return optim.lr * factor
 
 

@@ -4,6 +4,8 @@
 # parts (rollout checkpoints, object stores) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
+from composer_infra._lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from composer_infra.checkpoint.atomic import (
         atomic_directory,
@@ -39,14 +41,7 @@ _EXPORTS = {
     "write_once_bytes": "composer_infra.checkpoint.atomic",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -186,9 +186,7 @@ class StepCheckpointer:
             if failures:
                 log.warning("resumed from %s (step %d) instead", candidate, state.step)
             return state
-        raise CheckpointError(
-            f"no readable checkpoint under {self.root}: " + "; ".join(failures)
-        )
+        raise CheckpointError(f"no readable checkpoint under {self.root}: " + "; ".join(failures))
 
     def _load_from(
         self,

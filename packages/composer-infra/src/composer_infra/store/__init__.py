@@ -8,6 +8,8 @@ and `hookspecs` (adding a store by plugin).
 # parts (rollout checkpoints, object stores) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
+from composer_infra._lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from composer_infra.store.errors import (
         BaseMismatch,
@@ -50,14 +52,7 @@ _EXPORTS = {
     "shard_names": "composer_infra.store.publisher",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import compute_loss
-from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
+from composer_model import compute_loss, set_threads
+from composer_rl.services._common import ModelSource, build_model, pack_sequences
 
 
 class EvaluationService:

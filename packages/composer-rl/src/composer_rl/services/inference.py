@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import GenerationResult, InferenceEngine, SamplingParams
-from composer_rl.services._common import ModelSource, build_model, set_threads
+from composer_model import GenerationResult, InferenceEngine, SamplingParams, set_threads
+from composer_rl.services._common import ModelSource, build_model
 
 
 class InferenceService:

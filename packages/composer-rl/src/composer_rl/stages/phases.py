@@ -1,12 +1,19 @@
 """Phase bookkeeping: where a phase's run directory is, whether it already finished, and
-exporting its final model (HF DeepSeek-V3 format plus the tokenizer) for the next phase."""
+exporting its final model (HF DeepSeek-V3 format plus the tokenizer) for the next phase.
+
+Files written here go through composer-infra's `atomic_write_bytes` (temp file, fsync,
+rename), so a kill mid-write leaves the previous file or none, never half of one."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from composer_infra.checkpoint import atomic_write_bytes
 from composer_model import ComposerModel, ComposerTokenizer, save_pretrained
 
 FINAL_DIR = "final"
@@ -31,7 +38,12 @@ def export_final(
     out = final_dir(phase_dir)
     save_pretrained(model, out)
     tokenizer.save(out / "tokenizer.json")
-    tmp = phase_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(phase_dir / RESULT_FILE)
+    atomic_write_bytes(phase_dir / RESULT_FILE, (json.dumps(summary, indent=2) + "\n").encode())
     return out
+
+
+def save_torch(obj: object, path: Path) -> None:
+    """`torch.save` made crash-safe: serialised in memory, then written atomically."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(path, buffer.getvalue())

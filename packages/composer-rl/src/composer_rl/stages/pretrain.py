@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
+from composer_model import ComposerModel, YarnScaling, load_pretrained, preset, set_threads
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
@@ -24,13 +24,8 @@ from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.stages.phases import export_final, final_dir, read_result
 
 
-def _set_threads(config: Stage1Config) -> None:
-    if config.threads:
-        torch.set_num_threads(config.threads)
-
-
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    _set_threads(config)
+    set_threads(config.threads)
     phase_dir = config.run_dir / config.pretrain.name
     done = read_result(phase_dir)
     if done is not None:
@@ -70,7 +65,7 @@ def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: i
 
 
 def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    _set_threads(config)
+    set_threads(config.threads)
     phase = config.long_context
     phase_dir = config.run_dir / phase.name
     done = read_result(phase_dir)
