@@ -151,7 +151,7 @@ def test_a_non_finite_loss_stops_the_step_before_the_weights_change() -> None:
         out.loss = out.loss * float("nan")
         return out
 
-    with pytest.raises(FloatingPointError, match="non-finite loss.*lower the learning rate"):
+    with pytest.raises(FloatingPointError, match=r"non-finite loss.*lower the learning rate"):
         train_step(model, optimizer, poisoned, grad_clip=1.0)
     for key, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[key]), key
