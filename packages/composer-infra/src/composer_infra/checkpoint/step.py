@@ -211,7 +211,7 @@ class StepCheckpointer:
                 f"checkpoint {path} is unreadable: {type(error).__name__}: {error}"
             ) from error
         load_model(model, str(path / "model.safetensors"))
-        if optimizer is not None:
+        if optimizer is not None and optim_state is not None:
             optimizer.load_state_dict(optim_state)
         if rng is not None:
             set_rng_state(rng)
