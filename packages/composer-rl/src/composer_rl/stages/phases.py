@@ -24,6 +24,15 @@ def final_dir(phase_dir: Path) -> Path:
     return phase_dir / FINAL_DIR
 
 
+def previous_final(phase_dir: Path, hint: str) -> Path:
+    """The `final/` model directory of a finished earlier phase; a clear error naming
+    what to run (`hint`) when that phase has not finished."""
+    source = final_dir(phase_dir)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source}: {hint}")
+    return source
+
+
 def read_result(phase_dir: Path) -> dict[str, Any] | None:
     """The finished phase's summary, or None when it has not finished."""
     path = phase_dir / RESULT_FILE

@@ -21,7 +21,7 @@ from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, pack_documents
-from composer_rl.stages.phases import export_final, final_dir, read_result
+from composer_rl.stages.phases import export_final, previous_final, read_result
 
 
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
@@ -72,9 +72,9 @@ def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[s
     if done is not None:
         return done
     began = time.monotonic()
-    source = final_dir(config.run_dir / config.pretrain.name)
-    if not (source / "config.json").is_file():
-        raise FileNotFoundError(f"{source}: run the pretrain phase first (composer-rl pretrain)")
+    source = previous_final(
+        config.run_dir / config.pretrain.name, "run the pretrain phase first (composer-rl pretrain)"
+    )
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
     eos = tokenizer.eos_id
     base = load_pretrained(source)

@@ -21,7 +21,7 @@ from composer_rl.agent.oracle import play_oracle
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
-from composer_rl.stages.phases import export_final, final_dir, read_result, save_torch
+from composer_rl.stages.phases import export_final, previous_final, read_result, save_torch
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 
 
@@ -68,11 +68,10 @@ def run_sft(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
     if done is not None:
         return done
     began = time.monotonic()
-    source = final_dir(config.run_dir / config.long_context.name)
-    if not (source / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{source}: run the pretrain and long-context phases first (composer-rl pretrain)"
-        )
+    source = previous_final(
+        config.run_dir / config.long_context.name,
+        "run the pretrain and long-context phases first (composer-rl pretrain)",
+    )
     tokenizer = ComposerTokenizer.from_file(source / "tokenizer.json")
     data = sft_data(config.run_dir, config, tokenizer, show_progress)
     eos = tokenizer.eos_id
