@@ -33,34 +33,30 @@ __all__ = ["__version__"]
 
 # -- weight store, checkpoints, Ray runtime (imported on first use: they pull in torch/ray) --
 _LAZY_EXPORTS = {
-    **dict.fromkeys(
-        [
-            "FileStore",
-            "S3Store",
-            "ObjectStore",
-            "open_store",
-            "PublisherConfig",
-            "WeightPublisher",
-            "WeightSubscriber",
-            "shard_names",
-        ],
-        "composer_infra.store",
+    "composer_infra.store": (
+        "FileStore",
+        "S3Store",
+        "ObjectStore",
+        "open_store",
+        "PublisherConfig",
+        "WeightPublisher",
+        "WeightSubscriber",
+        "shard_names",
     ),
-    **dict.fromkeys(
-        [
-            "StepCheckpointer",
-            "GroupStore",
-            "FinishedGroup",
-            "EpisodeRecord",
-            "RolloutCheckpoint",
-            "RolloutStore",
-            "SingleEpochSampler",
-        ],
-        "composer_infra.checkpoint",
+    "composer_infra.checkpoint": (
+        "CheckpointError",
+        "StepCheckpointer",
+        "GroupStore",
+        "FinishedGroup",
+        "EpisodeRecord",
+        "RolloutCheckpoint",
+        "RolloutStore",
+        "SingleEpochSampler",
+        "atomic_write_bytes",
     ),
-    **dict.fromkeys(["RayRuntime", "RuntimeConfig", "SlotReconciler"], "composer_infra.runtime"),
+    "composer_infra.runtime": ("RayRuntime", "RuntimeConfig", "SlotReconciler"),
 }
-__all__ += list(_LAZY_EXPORTS)
+__all__ += [name for names in _LAZY_EXPORTS.values() for name in names]
 
 __getattr__ = lazy_getattr(__name__, _LAZY_EXPORTS)
 

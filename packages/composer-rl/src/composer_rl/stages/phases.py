@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from composer_infra.checkpoint import atomic_write_bytes
-from composer_model import ComposerModel, ComposerTokenizer, save_pretrained
+from composer_model import ComposerModel, ComposerTokenizer, save_pretrained, set_threads
 
 FINAL_DIR = "final"
 RESULT_FILE = "result.json"
@@ -22,6 +22,14 @@ RESULT_FILE = "result.json"
 
 def final_dir(phase_dir: Path) -> Path:
     return phase_dir / FINAL_DIR
+
+
+def open_phase(run_dir: Path, name: str, threads: int | None) -> tuple[Path, dict[str, Any] | None]:
+    """Start a phase: pin the torch thread count, and return its directory and, when the
+    phase already finished, its summary (the caller returns it instead of training)."""
+    set_threads(threads)
+    phase_dir = run_dir / name
+    return phase_dir, read_result(phase_dir)
 
 
 def previous_final(phase_dir: Path, hint: str) -> Path:

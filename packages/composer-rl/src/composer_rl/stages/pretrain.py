@@ -15,19 +15,17 @@ from typing import Any
 
 import torch
 
-from composer_model import ComposerModel, YarnScaling, load_pretrained, preset, set_threads
+from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, pack_documents
-from composer_rl.stages.phases import export_final, previous_final, read_result
+from composer_rl.stages.phases import export_final, open_phase, previous_final
 
 
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    set_threads(config.threads)
-    phase_dir = config.run_dir / config.pretrain.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, config.pretrain.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
@@ -65,10 +63,8 @@ def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: i
 
 
 def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    set_threads(config.threads)
     phase = config.long_context
-    phase_dir = config.run_dir / phase.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()

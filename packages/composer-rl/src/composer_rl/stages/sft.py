@@ -16,12 +16,12 @@ from typing import Any
 import torch
 from rich.progress import track
 
-from composer_model import ComposerTokenizer, load_pretrained, set_threads
+from composer_model import ComposerTokenizer, load_pretrained
 from composer_rl.agent.oracle import play_oracle
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
-from composer_rl.stages.phases import export_final, previous_final, read_result, save_torch
+from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 
 
@@ -61,10 +61,8 @@ def sft_data(
 
 
 def run_sft(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    set_threads(config.threads)
     phase = config.sft
-    phase_dir = config.run_dir / phase.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
