@@ -11,7 +11,7 @@ from conftest import micro_config
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from composer_model import CheckpointError, ComposerModel, load_pretrained, save_pretrained
+from composer_model import ComposerModel, WeightsError, load_pretrained, save_pretrained
 from composer_model.checkpoint import to_hf_state_dict
 
 
@@ -81,7 +81,7 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
     tensors = to_hf_state_dict(_trained_bias_model())
     del tensors["model.norm.weight"]
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"norm\.weight"):
+    with pytest.raises(WeightsError, match=r"norm\.weight"):
         load_pretrained(tmp_path)
 
 
@@ -90,24 +90,24 @@ def test_config_that_does_not_fit_the_weights(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "config.json").read_text())
     data["kv_lora_rank"] = 32
     (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(CheckpointError, match="checkpoint shape"):
+    with pytest.raises(WeightsError, match="checkpoint shape"):
         load_pretrained(tmp_path)
     data["kv_lora_rank"] = 16
     data["n_routed_experts"] = 4
     data["n_group"] = 2
     data["topk_group"] = 1
     (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(CheckpointError, match="found 8 experts"):
+    with pytest.raises(WeightsError, match="found 8 experts"):
         load_pretrained(tmp_path)
 
 
 def test_corrupt_or_absent_files(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match=r"config\.json"):
+    with pytest.raises(WeightsError, match=r"config\.json"):
         load_pretrained(tmp_path)
     save_pretrained(_trained_bias_model(), tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"\x00garbage" * 10)
-    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+    with pytest.raises(WeightsError, match="not a readable safetensors file"):
         load_pretrained(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
+    with pytest.raises(WeightsError, match=r"no \*\.safetensors"):
         load_pretrained(tmp_path)

@@ -27,6 +27,7 @@ from composer_infra.runtime import LocalCluster
 from composer_infra.sandbox import Task as SandboxTask
 from composer_infra.sandbox import default_registry
 from composer_infra.store import WeightSubscriber, open_store
+from composer_model import OptimConfig
 from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
@@ -111,7 +112,11 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         micro_config(),
         run_dir,
         address=cluster.address,
-        training=TrainingConfig(lr=3e-3, checkpoint_every=0, threads=1),
+        training=TrainingConfig(
+            optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0),
+            checkpoint_every=0,
+            threads=1,
+        ),
         environment=EnvironmentConfig(
             backend=BACKEND, warm_sandboxes=0, work_dir=tmp_path / "sandboxes"
         ),

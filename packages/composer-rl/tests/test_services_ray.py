@@ -14,6 +14,7 @@ import torch
 from _services_support import VOCAB, micro_config, token_batch
 
 from composer_infra.sandbox import Task, default_registry
+from composer_model import OptimConfig
 from composer_rl.services import EnvironmentConfig, Services, TrainingConfig, start_services
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()
@@ -33,7 +34,11 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     started = start_services(
         micro_config(),
         run_dir,
-        training=TrainingConfig(lr=3e-3, checkpoint_every=1, threads=1),
+        training=TrainingConfig(
+            optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0),
+            checkpoint_every=1,
+            threads=1,
+        ),
         environment=env_config,
         threads=1,
     )

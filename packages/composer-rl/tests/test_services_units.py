@@ -10,7 +10,7 @@ import pytest
 import torch
 from _services_support import VOCAB, micro_config, token_batch
 
-from composer_model import save_pretrained
+from composer_model import OptimConfig, save_pretrained
 from composer_rl.services import (
     EvaluationService,
     InferenceService,
@@ -33,7 +33,12 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
     url = (tmp_path / "weights").as_uri()
     config = micro_config()
     trainer = TrainingService(
-        config, url, tmp_path / "ckpt", TrainingConfig(lr=3e-3, checkpoint_every=2, seed=1)
+        config,
+        url,
+        tmp_path / "ckpt",
+        TrainingConfig(
+            optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0), checkpoint_every=2, seed=1
+        ),
     )
     # Inference starts from different random weights (seed 0); sync must replace them.
     inference = InferenceService(config, url)

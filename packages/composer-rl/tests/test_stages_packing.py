@@ -7,12 +7,16 @@ import itertools
 import pytest
 import torch
 
-from composer_model.losses import IGNORE, document_targets
+from composer_model import lr_at
+from composer_model.losses import IGNORE, document_targets, target_ids
 from composer_rl.stages.config import OptimConfig
-from composer_rl.stages.loop import lr_factor, masked_targets
-from composer_rl.stages.packing import batch_rows, make_batch, pack_documents
+from composer_rl.stages.packing import Batch, batch_rows, make_batch, pack_documents
 
 EOS = 0
+
+
+def masked_targets(batch: Batch) -> torch.Tensor:
+    return target_ids(batch.input_ids, batch.cu_seqlens, 1, batch.mask)
 
 
 def test_stream_packing_boundaries_and_positions() -> None:
@@ -25,7 +29,7 @@ def test_stream_packing_boundaries_and_positions() -> None:
     assert batch.input_ids.tolist() == [[8, 0, 9, 10, 1, 2, 3, 0]]
     assert batch.cu_seqlens.tolist() == [0, 2, 4, 8]
     assert batch.positions.tolist() == [[0, 1, 0, 1, 0, 1, 2, 3]]
-    targets = masked_targets(batch, batch.cu_seqlens)
+    targets = masked_targets(batch)
     assert targets.tolist() == [0, IGNORE, 10, IGNORE, 2, 3, 0, IGNORE]
 
 
@@ -37,7 +41,7 @@ def test_sft_packing_pads_truncates_and_masks() -> None:
     assert packed.mask.tolist()[0] == [False, True, True, False, False]
     assert packed.boundaries[0] == [0, 3, 5]
     batch = make_batch(packed, [0])
-    targets = masked_targets(batch, batch.cu_seqlens)
+    targets = masked_targets(batch)
     # only the trained tokens (2 and its end-of-text) are targets
     assert targets.tolist() == [2, 0, IGNORE, IGNORE, IGNORE]
 
@@ -56,14 +60,19 @@ def test_document_targets_agree_with_model_helper() -> None:
     packed = pack_documents([[1, 2, 3, 4, 5, 6, 7]], seq_len=4, eos_id=EOS)
     batch = make_batch(packed, [0, 1])
     plain = document_targets(batch.input_ids.reshape(-1), batch.cu_seqlens, 1)
-    assert torch.equal(masked_targets(batch, batch.cu_seqlens), plain)
+    assert torch.equal(masked_targets(batch), plain)
 
 
 def test_warmup_then_cosine() -> None:
     optim = OptimConfig(lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
-    factors = [lr_factor(s, 20, optim) for s in range(21)]
+    factors = [lr_at(s, 20, optim) for s in range(21)]
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
     assert factors[4] == pytest.approx(1.0)
     assert factors[12] == pytest.approx(0.55)
     assert factors[20] == pytest.approx(0.1)
     assert all(a >= b for a, b in itertools.pairwise(factors[4:]))
+
+
+def test_a_run_of_unknown_length_stays_at_the_peak_after_warm_up() -> None:
+    optim = OptimConfig(lr=2.0, warmup_steps=2, min_lr_ratio=0.1)
+    assert [lr_at(s, None, optim) for s in range(5)] == [1.0, 2.0, 2.0, 2.0, 2.0]

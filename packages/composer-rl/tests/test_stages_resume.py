@@ -40,7 +40,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path) -> None:
     deadline = time.monotonic() + 600
     checkpoints = killed / "pretrain" / "checkpoints"
     while time.monotonic() < deadline and proc.poll() is None:
-        if checkpoints.is_dir() and any(p.suffix == ".pt" for p in checkpoints.iterdir()):
+        if checkpoints.is_dir() and any(p.name.startswith("step-") for p in checkpoints.iterdir()):
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"

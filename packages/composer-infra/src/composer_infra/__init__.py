@@ -1,5 +1,7 @@
 """Sandboxed coding environments, the delta-compressed weight store, policy-aware checkpoints and the Ray service runtime."""
 
+from composer_infra._lazy import lazy_getattr
+
 # -- sandboxes and the environment service (light: pydantic, pluggy, zstandard) --
 from composer_infra.environment import (
     EnvironmentConfig,
@@ -31,43 +33,32 @@ __all__ = ["__version__"]
 
 # -- weight store, checkpoints, Ray runtime (imported on first use: they pull in torch/ray) --
 _LAZY_EXPORTS = {
-    **dict.fromkeys(
-        [
-            "FileStore",
-            "S3Store",
-            "ObjectStore",
-            "open_store",
-            "PublisherConfig",
-            "WeightPublisher",
-            "WeightSubscriber",
-            "shard_names",
-        ],
-        "composer_infra.store",
+    "composer_infra.store": (
+        "FileStore",
+        "S3Store",
+        "ObjectStore",
+        "open_store",
+        "PublisherConfig",
+        "WeightPublisher",
+        "WeightSubscriber",
+        "shard_names",
     ),
-    **dict.fromkeys(
-        [
-            "StepCheckpointer",
-            "GroupStore",
-            "FinishedGroup",
-            "EpisodeRecord",
-            "RolloutCheckpoint",
-            "RolloutStore",
-            "SingleEpochSampler",
-        ],
-        "composer_infra.checkpoint",
+    "composer_infra.checkpoint": (
+        "CheckpointError",
+        "StepCheckpointer",
+        "GroupStore",
+        "FinishedGroup",
+        "EpisodeRecord",
+        "RolloutCheckpoint",
+        "RolloutStore",
+        "SingleEpochSampler",
+        "atomic_write_bytes",
     ),
-    **dict.fromkeys(["RayRuntime", "RuntimeConfig", "SlotReconciler"], "composer_infra.runtime"),
+    "composer_infra.runtime": ("RayRuntime", "RuntimeConfig", "SlotReconciler"),
 }
-__all__ += list(_LAZY_EXPORTS)
+__all__ += [name for names in _LAZY_EXPORTS.values() for name in names]
 
-
-def __getattr__(name: str) -> object:
-    module = _LAZY_EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'composer_infra' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY_EXPORTS)
 
 
 __all__ += [  # sandboxes and the environment service

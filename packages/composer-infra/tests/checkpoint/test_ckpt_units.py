@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -208,3 +209,43 @@ def test_rollout_resumes_on_another_worker(tmp_path: Path) -> None:
     assert finished.worker == "b" and finished.done
     store.delete("r1")
     assert store.load("r1") is None
+
+
+def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_is_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = nn.Linear(3, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = StepCheckpointer(tmp_path, keep_last=3)
+    ckpt.save(step=1, model=model, optimizer=opt, sampler={"position": 1}, policy_version=1)
+    at_step_1 = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    newest = ckpt.save(step=2, model=model, optimizer=opt, sampler={}, policy_version=2)
+    # Damage the newest checkpoint's weights after the fact (a bad disk, a truncated copy).
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:40])
+
+    fresh = nn.Linear(3, 3)
+    with caplog.at_level(logging.WARNING, logger="composer_infra.checkpoint.step"):
+        state = ckpt.load(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
+    assert state is not None and state.step == 1 and state.sampler == {"position": 1}
+    for name, tensor in fresh.state_dict().items():
+        assert torch.equal(tensor, at_step_1[name]), name
+    assert newest.name in caplog.text and "unreadable" in caplog.text
+
+    # Asked for that checkpoint by path, the damage is an error, not a silent fallback.
+    with pytest.raises(CheckpointError, match="unreadable"):
+        ckpt.load(fresh, path=newest)
+
+
+def test_when_every_checkpoint_is_damaged_loading_fails_naming_them(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = StepCheckpointer(tmp_path, keep_last=2)
+    for step in (1, 2):
+        path = ckpt.save(step=step, model=model, optimizer=opt, sampler={}, policy_version=step)
+        (path / "optimizer.pt").write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="no readable checkpoint") as raised:
+        ckpt.load(nn.Linear(2, 2), torch.optim.SGD(model.parameters(), lr=0.1))
+    assert "step-00000001" in str(raised.value) and "step-00000002" in str(raised.value)

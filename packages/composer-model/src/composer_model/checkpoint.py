@@ -35,8 +35,12 @@ _MTP_ONLY = ("enorm.", "hnorm.", "eh_proj.", "shared_head.norm.")
 _MTP_SHARED = ("embed_tokens.weight", "shared_head.head.weight")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint directory that cannot be read into this model (names what is wrong)."""
+class WeightsError(RuntimeError):
+    """A weights directory (HF layout) that cannot be read into this model; names what is wrong.
+
+    Not a training checkpoint: resumable training state (optimizer, RNG, step) is
+    composer-infra's `StepCheckpointer`, whose error is `composer_infra.checkpoint.CheckpointError`.
+    """
 
 
 def _layer_prefix(config: ModelConfig, name: str) -> tuple[str, str]:
@@ -119,20 +123,20 @@ def _weight_files(directory: Path) -> list[Path]:
         return [directory / name for name in sorted(set(index["weight_map"].values()))]
     files = sorted(directory.glob("*.safetensors"))
     if not files:
-        raise CheckpointError(f"no *.safetensors files in {directory}")
+        raise WeightsError(f"no *.safetensors files in {directory}")
     return files
 
 
 def _iter_tensors(directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
     for path in _weight_files(directory):
         if not path.exists():
-            raise CheckpointError(f"the index names {path.name}, which is missing from {directory}")
+            raise WeightsError(f"the index names {path.name}, which is missing from {directory}")
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for key in handle.keys():  # noqa: SIM118 (safe_open is not a dict)
                     yield key, handle.get_tensor(key)
         except SafetensorError as error:
-            raise CheckpointError(f"{path} is not a readable safetensors file: {error}") from error
+            raise WeightsError(f"{path} is not a readable safetensors file: {error}") from error
 
 
 def _dequantize_fp8(
@@ -163,7 +167,7 @@ def from_hf_state_dict(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict
             ours[key] = tensor
             continue
         if not key.startswith("model."):
-            raise CheckpointError(f"unexpected tensor {key!r} in a DeepSeek-V3-format checkpoint")
+            raise WeightsError(f"unexpected tensor {key!r} in a DeepSeek-V3-format checkpoint")
         rest = key[len("model.") :]
         layer_match = re.match(r"^layers\.(\d+)\.(.*)$", rest)
         if layer_match and int(layer_match[1]) >= num_layers:
@@ -186,7 +190,7 @@ def from_hf_state_dict(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict
         if layer >= num_layers + config.num_nextn_predict_layers:
             continue
         if sorted(per_expert) != list(range(config.n_routed_experts)):
-            raise CheckpointError(
+            raise WeightsError(
                 f"layer {layer} {proj}: found {len(per_expert)} experts, config says n_routed_experts="
                 f"{config.n_routed_experts}"
             )
@@ -195,7 +199,7 @@ def from_hf_state_dict(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict
         )
     for layer, projs in stacks.items():
         if set(projs) != {"gate_proj", "up_proj", "down_proj"}:
-            raise CheckpointError(f"layer {layer}: experts have only {sorted(projs)}")
+            raise WeightsError(f"layer {layer}: experts have only {sorted(projs)}")
         prefix = f"layers.{layer}." if layer < num_layers else f"mtp.{layer - num_layers}.layer."
         ours[prefix + "mlp.experts.w_gate_up"] = torch.cat(
             [projs["gate_proj"], projs["up_proj"]], dim=-1
@@ -215,7 +219,7 @@ def load_pretrained(
     """Build a ComposerModel from a DeepSeek-V3-format directory (ours, HF's or an official release)."""
     directory = Path(directory)
     if not (directory / CONFIG_NAME).exists():
-        raise CheckpointError(f"{directory} has no {CONFIG_NAME}; is this a checkpoint directory?")
+        raise WeightsError(f"{directory} has no {CONFIG_NAME}; is this a checkpoint directory?")
     if config is None:
         config = ModelConfig.from_hf_dict(json.loads((directory / CONFIG_NAME).read_text()))
     state = from_hf_state_dict(config, dict(_iter_tensors(directory)))
@@ -225,13 +229,13 @@ def load_pretrained(
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(
+        raise WeightsError(
             f"checkpoint in {directory} does not fit the config: missing {missing[:8]}"
             f"{'...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
-            raise CheckpointError(
+            raise WeightsError(
                 f"{key}: checkpoint shape {tuple(tensor.shape)} but the config implies {tuple(expected[key].shape)}"
             )
         if (
@@ -251,7 +255,7 @@ def load_pretrained(
 
 
 __all__ = [
-    "CheckpointError",
+    "WeightsError",
     "from_hf_state_dict",
     "load_pretrained",
     "save_pretrained",

@@ -1,7 +1,13 @@
 """Training losses: next-token cross-entropy and the MTP objectives, document-aware.
 
+This is the one loss of the project: the stage-one phases (pretraining, long context, SFT),
+the training service and evaluation all compute it here, so the LM term, the MTP term and
+the masking cannot drift apart between them.
+
 In a packed row the token after the last token of a document belongs to the next document,
 so it is never a target: `document_targets` masks every shift that would cross a boundary.
+A loss mask (SFT: the model's own tokens, not the prompt or tool output) says which tokens
+are targets; it applies to the LM term and to every MTP depth alike (`target_ids`).
 
 MTP depth k at position t predicts token t+k+1. Two targets:
 - `next_next`: cross-entropy against that token (DeepSeek-V3);
@@ -35,26 +41,62 @@ def document_targets(flat_ids: torch.Tensor, cu_seqlens: torch.Tensor, shift: in
     return torch.where(valid, flat_ids[clamped], torch.full_like(flat_ids, IGNORE))
 
 
-def lm_loss(output: ModelOutput, input_ids: torch.Tensor) -> torch.Tensor:
+def target_ids(
+    input_ids: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    shift: int,
+    loss_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """targets[t] = the token `shift` ahead of t, IGNORE across a document boundary or where
+    `loss_mask` (one bool per token: is this token a target?) leaves that token out."""
+    flat = input_ids.reshape(-1)
+    targets = document_targets(flat, cu_seqlens, shift)
+    if loss_mask is None:
+        return targets
+    mask = loss_mask.reshape(-1)
+    if mask.shape != flat.shape:
+        raise ValueError(
+            f"loss_mask has {mask.numel()} entries for {flat.numel()} tokens; give one bool "
+            "per input token (True: the token is a target)"
+        )
+    wanted = torch.roll(mask.bool(), -shift)  # token t+shift is the target of position t
+    return torch.where(wanted, targets, torch.full_like(targets, IGNORE))
+
+
+def lm_loss(
+    output: ModelOutput, input_ids: torch.Tensor, loss_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean next-token cross-entropy over the targets (document- and mask-aware)."""
     logits = output.logits.reshape(-1, output.logits.shape[-1])
-    targets = document_targets(input_ids.reshape(-1), output.cu_seqlens, 1)
+    targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
     return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
 
 
 def mtp_loss(
-    output: ModelOutput, input_ids: torch.Tensor, target: str = "self_distill"
+    output: ModelOutput,
+    input_ids: torch.Tensor,
+    target: str = "self_distill",
+    loss_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mean over MTP depths of the chosen objective (zero when the model has no MTP)."""
+    """Mean over MTP depths of the chosen objective (zero when the model has no MTP).
+
+    Depth k at position t predicts token t+k+1; with a `loss_mask` only positions whose
+    token t+k+1 is a target count, as for the LM term.
+    """
+    if target not in ("next_next", "self_distill"):
+        raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
     if not output.mtp_logits:
         return output.logits.new_zeros(())
-    flat_ids = input_ids.reshape(-1)
     vocab = output.logits.shape[-1]
     main = output.logits.reshape(-1, vocab).detach().float()
     losses = []
     for k, logits in enumerate(output.mtp_logits, start=1):
         logits = logits.reshape(-1, vocab).float()
-        targets = document_targets(flat_ids, output.cu_seqlens, k + 1)
+        targets = target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
         valid = targets != IGNORE
+        if not bool(valid.any()):  # nothing to predict at this depth: no signal, not NaN
+            losses.append(logits.sum() * 0.0)
+            continue
         if target == "next_next":
             losses.append(F.cross_entropy(logits, targets, ignore_index=IGNORE))
         elif target == "self_distill":
@@ -65,8 +107,6 @@ def mtp_loss(
                     student, F.log_softmax(teacher, -1), log_target=True, reduction="batchmean"
                 )
             )
-        else:
-            raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
     return torch.stack(losses).mean()
 
 
@@ -77,6 +117,15 @@ class LossOutput:
     mtp_loss: torch.Tensor
     output: ModelOutput
 
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The terms as floats, for logging (what `composer_model.training.train_step` reports)."""
+        return {
+            "loss": float(self.loss.detach()),
+            "lm_loss": float(self.lm_loss.detach()),
+            "mtp_loss": float(self.mtp_loss.detach()),
+        }
+
 
 def compute_loss(
     model: ComposerModel,
@@ -86,9 +135,17 @@ def compute_loss(
     replay_indices: Sequence[torch.Tensor] | None = None,
     mtp_weight: float | None = None,
     mtp_target: str | None = None,
+    loss_mask: torch.Tensor | None = None,
 ) -> LossOutput:
-    """LM loss + weight x MTP loss for one (packed) batch; defaults come from the model config."""
+    """LM loss + weight x MTP loss for one (packed) batch.
+
+    `mtp_weight` and `mtp_target` default to the model config's (`mtp_loss_weight`,
+    `mtp_target`); a weight of 0 skips the MTP forward. `loss_mask` (one bool per token,
+    True where the token is a target; None: every token) masks the LM and MTP terms alike.
+    """
     weight = model.config.mtp_loss_weight if mtp_weight is None else mtp_weight
+    if weight < 0:
+        raise ValueError(f"mtp_weight must be >= 0, got {weight}")
     want_mtp = weight > 0 and bool(model.mtp_modules)
     output = model(
         input_ids,
@@ -97,13 +154,21 @@ def compute_loss(
         replay_indices=replay_indices,
         return_mtp=want_mtp,
     )
-    main = lm_loss(output, input_ids)
+    main = lm_loss(output, input_ids, loss_mask)
     extra = (
-        mtp_loss(output, input_ids, mtp_target or model.config.mtp_target)
+        mtp_loss(output, input_ids, mtp_target or model.config.mtp_target, loss_mask)
         if want_mtp
         else main.new_zeros(())
     )
     return LossOutput(loss=main + weight * extra, lm_loss=main, mtp_loss=extra, output=output)
 
 
-__all__ = ["IGNORE", "LossOutput", "compute_loss", "document_targets", "lm_loss", "mtp_loss"]
+__all__ = [
+    "IGNORE",
+    "LossOutput",
+    "compute_loss",
+    "document_targets",
+    "lm_loss",
+    "mtp_loss",
+    "target_ids",
+]

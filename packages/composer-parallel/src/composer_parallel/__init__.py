@@ -1,4 +1,7 @@
-"""Device meshes, context and expert parallelism (folded from DP x CP) and sequence packing."""
+"""Parallelism for composer-model. Today: choosing the expert-dispatch backend (DeepEP when
+installed, else ``torch.distributed`` all-to-all). Device meshes, context and expert
+parallelism (folded from DP x CP) and global sequence packing are planned, not here yet:
+see the package README."""
 
 from composer_parallel.backends import (
     ExpertDispatchBackend,

@@ -4,6 +4,8 @@
 # parts (rollout checkpoints, object stores) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
+from composer_infra._lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from composer_infra.checkpoint.atomic import (
         atomic_directory,
@@ -22,31 +24,24 @@ if TYPE_CHECKING:
     from composer_infra.checkpoint.step import CheckpointError, StepCheckpointer, StepState
 
 _EXPORTS = {
-    "CheckpointError": "composer_infra.checkpoint.step",
-    "EpisodeRecord": "composer_infra.checkpoint.groups",
-    "FinishedGroup": "composer_infra.checkpoint.groups",
-    "GroupExists": "composer_infra.checkpoint.groups",
-    "GroupStore": "composer_infra.checkpoint.groups",
-    "RolloutCheckpoint": "composer_infra.checkpoint.rollout",
-    "RolloutStore": "composer_infra.checkpoint.rollout",
-    "SingleEpochSampler": "composer_infra.checkpoint.sampler",
-    "StepCheckpointer": "composer_infra.checkpoint.step",
-    "StepState": "composer_infra.checkpoint.step",
-    "atomic_directory": "composer_infra.checkpoint.atomic",
-    "atomic_write_bytes": "composer_infra.checkpoint.atomic",
-    "rng_state": "composer_infra.checkpoint.rng",
-    "set_rng_state": "composer_infra.checkpoint.rng",
-    "write_once_bytes": "composer_infra.checkpoint.atomic",
+    "composer_infra.checkpoint.atomic": (
+        "atomic_directory",
+        "atomic_write_bytes",
+        "write_once_bytes",
+    ),
+    "composer_infra.checkpoint.groups": (
+        "EpisodeRecord",
+        "FinishedGroup",
+        "GroupExists",
+        "GroupStore",
+    ),
+    "composer_infra.checkpoint.rng": ("rng_state", "set_rng_state"),
+    "composer_infra.checkpoint.rollout": ("RolloutCheckpoint", "RolloutStore"),
+    "composer_infra.checkpoint.sampler": ("SingleEpochSampler",),
+    "composer_infra.checkpoint.step": ("CheckpointError", "StepCheckpointer", "StepState"),
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -8,6 +8,8 @@ and `hookspecs` (adding a store by plugin).
 # parts (rollout checkpoints, object stores) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
+from composer_infra._lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from composer_infra.store.errors import (
         BaseMismatch,
@@ -27,37 +29,25 @@ if TYPE_CHECKING:
     from composer_infra.store.subscriber import WeightSubscriber
 
 _EXPORTS = {
-    "BaseMismatch": "composer_infra.store.errors",
-    "BuiltinStores": "composer_infra.store.registry",
-    "CorruptObject": "composer_infra.store.errors",
-    "FileStore": "composer_infra.store.objects",
-    "NoUsableVersion": "composer_infra.store.errors",
-    "ObjectNotFound": "composer_infra.store.errors",
-    "ObjectStore": "composer_infra.store.objects",
-    "PublisherConfig": "composer_infra.store.publisher",
-    "RankManifest": "composer_infra.store.manifest",
-    "S3Store": "composer_infra.store.s3",
-    "TensorEntry": "composer_infra.store.manifest",
-    "UnknownStoreScheme": "composer_infra.store.errors",
-    "WeightPublisher": "composer_infra.store.publisher",
-    "WeightStoreError": "composer_infra.store.errors",
-    "WeightSubscriber": "composer_infra.store.subscriber",
-    "hookimpl": "composer_infra.store.hookspecs",
-    "hookspec": "composer_infra.store.hookspecs",
-    "make_plugin_manager": "composer_infra.store.registry",
-    "open_store": "composer_infra.store.registry",
-    "prune_versions": "composer_infra.store.retention",
-    "shard_names": "composer_infra.store.publisher",
+    "composer_infra.store.errors": (
+        "BaseMismatch",
+        "CorruptObject",
+        "NoUsableVersion",
+        "ObjectNotFound",
+        "UnknownStoreScheme",
+        "WeightStoreError",
+    ),
+    "composer_infra.store.hookspecs": ("hookimpl", "hookspec"),
+    "composer_infra.store.manifest": ("RankManifest", "TensorEntry"),
+    "composer_infra.store.objects": ("FileStore", "ObjectStore"),
+    "composer_infra.store.publisher": ("PublisherConfig", "WeightPublisher", "shard_names"),
+    "composer_infra.store.registry": ("BuiltinStores", "make_plugin_manager", "open_store"),
+    "composer_infra.store.retention": ("prune_versions",),
+    "composer_infra.store.s3": ("S3Store",),
+    "composer_infra.store.subscriber": ("WeightSubscriber",),
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -10,15 +10,20 @@ from composer_infra.sandbox import Task as SandboxTask
 from composer_rl.tasks.model import GRADING_DIR, Task
 
 
-def open_sandbox(task: Task, backend: str | None = None) -> Sandbox:
-    """A sandbox holding the task's repository (not its hidden tests)."""
-    spec = SandboxTask(
+def sandbox_task(task: Task, files: dict[str, str] | None = None) -> SandboxTask:
+    """The composer-infra `Task` a sandbox is opened with for `task`: its repository
+    (`files`, default the task's own files, never its hidden tests unless passed here)."""
+    return SandboxTask(
         task_id=task.id,
         instruction=task.instruction,
-        files=task.files,
+        files=task.files if files is None else files,
         test_command=task.test_command,
     )
-    return Sandbox.create(spec, backend)
+
+
+def open_sandbox(task: Task, backend: str | None = None) -> Sandbox:
+    """A sandbox holding the task's repository (not its hidden tests)."""
+    return Sandbox.create(sandbox_task(task), backend)
 
 
 def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:

@@ -24,7 +24,13 @@ def add_phase(parser: argparse.ArgumentParser, phase: str, label: str) -> None:
     group.add_argument(f"--{flag}-rows", dest=f"{phase}.rows_per_step", type=int)
     group.add_argument(f"--{flag}-lr", dest=f"{phase}.optim.lr", type=float)
     group.add_argument(
-        f"--{flag}-time-limit", dest=f"{phase}.time_limit_s", type=float, help="seconds"
+        f"--{flag}-time-limit",
+        dest=f"{phase}.time_limit_s",
+        type=float,
+        metavar="SECONDS",
+        help="opt-in wall-clock budget: stop the phase after the checkpoint of the step "
+        "that crosses it (default: none, the phase runs all its steps, so the result does "
+        "not depend on how busy the machine is)",
     )
 
 

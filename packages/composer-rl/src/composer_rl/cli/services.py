@@ -1,10 +1,8 @@
-"""``composer-rl services check``: one real round through the four services on Ray.
+"""``composer-rl services check``: the command line of `composer_rl.services.check`.
 
-It answers "does the service layer work here, and where does each service run?" before
-a long run is launched on a machine or a cluster: it starts training, inference,
-environment and evaluation actors (a local Ray instance, or the cluster named by
-``--ray-address``), drives one round through them and prints where each ran and how
-long its part took. What it started, it stops; a cluster it joined keeps running.
+Parses the arguments (placement, model, store, timeouts), runs the check (which starts
+the four services, drives one round through them and stops what it started) and prints
+where each service ran and how long its part took.
 """
 
 from __future__ import annotations
@@ -13,18 +11,14 @@ import argparse
 import json
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from composer_rl.cli._ray_args import add_ray_address_argument
 
 if TYPE_CHECKING:
     from composer_model import ModelConfig
-    from composer_rl.services import Services
-
-T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,134 +122,12 @@ def resolve_model(spec: str) -> tuple[ModelConfig | Path, ModelConfig]:
     )
 
 
-def _token_rows(vocab_size: int, rows: int, length: int, offset: int) -> list[list[int]]:
-    """Learnable repeating patterns of ids 2..vocab-1 (0 and 1 are often special tokens)."""
-    span = vocab_size - 2
-    return [
-        [2 + (offset + r * 7 + (i % (r + 2)) * 13) % span for i in range(length)]
-        for r in range(rows)
-    ]
-
-
-class CheckFailed(RuntimeError):
-    """One part of the round did not do what it must."""
-
-
-def _timed(fn: Callable[[], T]) -> tuple[T, float]:
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
-
-
-def run_round(
-    services: Services,
-    config: ModelConfig,
-    results: dict[str, dict[str, Any]],
-    *,
-    max_new_tokens: int,
-    timeout_s: float,
-) -> None:
-    """Train one step, follow it with inference and evaluation, grade a task.
-
-    Fills `results` by actor name as each part succeeds (so a failure keeps the parts
-    before it); raises `CheckFailed` when a part did not do what it must.
-    """
-    import ray
-
-    from composer_infra.sandbox import Task as SandboxTask
-    from composer_rl.tasks import BuiltinTaskSource, Split
-
-    def get(ref: Any) -> Any:
-        return ray.get(ref, timeout=timeout_s)
-
-    vocab = config.vocab_size
-    start_version = int(get(services.training.version.remote()))
-
-    step, seconds = _timed(
-        lambda: get(services.training.train_step.remote(_token_rows(vocab, 4, 24, 0), wait=True))
-    )
-    version = int(step["version"])
-    if version != start_version + 1:
-        raise CheckFailed(f"training: step published version {version}, not {start_version + 1}")
-    results["training"] = {
-        "seconds": seconds,
-        "version": version,
-        "loss": step["loss"],
-        "summary": f"step {step['step']}: loss {step['loss']:.3f}, published v{version}",
-    }
-
-    prompts = [row[:4] for row in _token_rows(vocab, 2, 4, 5)]
-    for i, actor in enumerate(services.inference):
-
-        def sync_and_generate(actor: Any = actor) -> tuple[int | None, list[Any]]:
-            held = get(actor.sync.remote())
-            return held, get(actor.generate.remote(prompts, max_new_tokens=max_new_tokens, seed=0))
-
-        (held, generated), seconds = _timed(sync_and_generate)
-        stamps = sorted({v for g in generated for v in g.versions})
-        tokens = sum(len(g.token_ids) for g in generated)
-        if held != version or not tokens or stamps != [version]:
-            raise CheckFailed(
-                f"inference-{i}: synced to {held}, generated {tokens} tokens stamped with "
-                f"versions {stamps}; expected v{version} on every token"
-            )
-        results[f"inference-{i}"] = {
-            "seconds": seconds,
-            "version": version,
-            "tokens": tokens,
-            "summary": f"synced to v{held}, {tokens} tokens, all stamped v{version}",
-        }
-
-    task = next(iter(BuiltinTaskSource().tasks(Split.TRAIN)))
-    spec = SandboxTask(
-        task_id=task.id,
-        instruction=task.instruction,
-        files={**task.solved_files(), **task.tests},
-        test_command=task.test_command,
-    )
-
-    def grade() -> Any:
-        sandbox_id = get(services.environment.open.remote(spec))
-        try:
-            return get(services.environment.run_tests.remote(sandbox_id))
-        finally:
-            get(services.environment.close.remote(sandbox_id))
-
-    report, seconds = _timed(grade)
-    if not report.all_passed:
-        raise CheckFailed(
-            f"environment: the oracle solution of task {task.id} did not pass its tests in the "
-            f"sandbox ({report.passed} passed, {report.failed} failed, {report.errors} errors, "
-            f"exit {report.exit_code}):\n{report.output[-2000:]}"
-        )
-    results["environment"] = {
-        "seconds": seconds,
-        "task": task.id,
-        "passed": report.passed,
-        "summary": f"task {task.id}: {report.passed} passed, 0 failed in a sandbox",
-    }
-
-    scored, seconds = _timed(
-        lambda: get(services.evaluation.evaluate.remote(_token_rows(vocab, 2, 24, 11)))
-    )
-    if scored["version"] != version:
-        raise CheckFailed(f"evaluation: scored v{scored['version']}, not the newest v{version}")
-    results["evaluation"] = {
-        "seconds": seconds,
-        "version": version,
-        "loss": scored["loss"],
-        "summary": f"v{scored['version']}: held-out loss {scored['loss']:.3f}",
-    }
-
-
 def check_main(args: argparse.Namespace) -> int:
-    import ray
     from rich.console import Console
     from rich.table import Table
 
-    from composer_infra.environment import EnvironmentConfig
     from composer_infra.runtime import ClusterAuthError
-    from composer_rl.services import TrainingConfig, start_services
+    from composer_rl.services.check import run_check
 
     console = Console()
     placement = parse_placement(args.place)
@@ -269,52 +141,27 @@ def check_main(args: argparse.Namespace) -> int:
         f"starting the services {where} (run dir {run_dir}; placement: "
         f"{_placement_text(placement)})"
     )
-    report: dict[str, Any] = {"address": args.ray_address, "run_dir": str(run_dir)}
-    results: dict[str, dict[str, Any]] = {}
-    code = 0
     try:
-        try:
-            services, start_s = _timed(
-                lambda: start_services(
-                    source,
-                    run_dir,
-                    address=args.ray_address,
-                    store_url=args.store_url,
-                    training=TrainingConfig(threads=args.threads, checkpoint_every=0),
-                    environment=EnvironmentConfig(
-                        backend=args.backend, warm_sandboxes=0, work_dir=run_dir / "sandboxes"
-                    ),
-                    threads=args.threads,
-                    placement=placement,
-                )
-            )
-        except (ClusterAuthError, ConnectionError, ValueError) as error:
-            console.print(f"[red]could not start the services:[/red] {error}")
-            return 1
-        try:
-            nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-            located = services.locations(timeout_s=args.timeout)
-            report.update(start_seconds=start_s, nodes=nodes)
-            try:
-                run_round(
-                    services,
-                    config,
-                    results,
-                    max_new_tokens=args.max_new_tokens,
-                    timeout_s=args.timeout,
-                )
-            except Exception as failure:  # a failed part is the check's answer, not a crash
-                code = 1
-                report["error"] = f"{type(failure).__name__}: {failure}"
-                console.print(f"[red]check failed:[/red] {report['error']}")
-            report["services"] = {
-                name: {**place, **results.get(name, {})} for name, place in located.items()
-            }
-        finally:
-            services.stop(timeout_s=args.timeout)
+        report = run_check(
+            source,
+            config,
+            run_dir,
+            address=args.ray_address,
+            store_url=args.store_url,
+            placement=placement,
+            backend=args.backend,
+            threads=args.threads,
+            max_new_tokens=args.max_new_tokens,
+            timeout_s=args.timeout,
+        )
+    except (ClusterAuthError, ConnectionError, ValueError) as error:
+        console.print(f"[red]could not start the services:[/red] {error}")
+        return 1
     finally:
         if temporary:
             shutil.rmtree(run_dir, ignore_errors=True)
+    if "error" in report:
+        console.print(f"[red]check failed:[/red] {report['error']}")
 
     used = {s["node_id"] for s in report["services"].values()}
     table = Table(title=f"services: {len(used)} of {len(report['nodes'])} Ray node(s) used")
@@ -334,14 +181,14 @@ def check_main(args: argparse.Namespace) -> int:
         f"{len(report['nodes'])} node(s) alive; services started in {report['start_seconds']:.1f}s "
         + ("(joined cluster left running)" if args.ray_address else "(local Ray stopped)")
     )
-    report["ok"] = code == 0
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(report, indent=2, default=str) + "\n")
         console.print(f"report: {args.report}")
-    if code == 0:
+    if report["ok"]:
         console.print("[green]services check passed[/green]")
-    return code
+        return 0
+    return 1
 
 
 def _placement_text(placement: Mapping[str, Mapping[str, float]]) -> str:

@@ -59,6 +59,7 @@ class TrainSection(_Section):
     lr: float = Field(default=2e-5, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float | None = Field(default=1.0, gt=0)
+    warmup_steps: int = Field(default=0, ge=0, description="then a constant learning rate")
     checkpoint_every: int = Field(default=5, ge=1)
 
 

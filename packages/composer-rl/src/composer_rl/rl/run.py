@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from composer_infra.checkpoint import GroupStore
-from composer_model import ComposerTokenizer
+from composer_model import ComposerTokenizer, OptimConfig
 from composer_rl.agent.episode import RunnerConfig
 from composer_rl.plugins import build_plugin_manager
 from composer_rl.rl.config import RLConfig, to_toml
@@ -79,9 +79,13 @@ def training_tasks(config: RLConfig) -> list[Task]:
 
 def training_config(config: RLConfig) -> TrainingConfig:
     return TrainingConfig(
-        lr=config.train.lr,
-        weight_decay=config.train.weight_decay,
-        grad_clip=config.train.grad_clip,
+        optim=OptimConfig(
+            lr=config.train.lr,
+            weight_decay=config.train.weight_decay,
+            grad_clip=config.train.grad_clip,
+            warmup_steps=config.train.warmup_steps,
+            min_lr_ratio=1.0,
+        ),
         checkpoint_every=config.train.checkpoint_every,
         seed=config.seed,
         threads=config.threads,

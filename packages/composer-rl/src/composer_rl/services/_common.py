@@ -31,12 +31,6 @@ def build_model(source: ModelSource, *, seed: int = 0) -> ComposerModel:
     return load_pretrained(path)
 
 
-def set_threads(threads: int | None) -> None:
-    """Pin torch's intra-op threads in this (actor) process; None leaves torch's default."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
 def pack_sequences(
     sequences: Sequence[Sequence[int]], vocab_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,9 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
+from composer_model import (
+    ComposerTokenizer,
+    GenerationResult,
+    InferenceEngine,
+    SamplingParams,
+    set_threads,
+)
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.services._common import ModelSource, build_model, set_threads
+from composer_rl.services._common import ModelSource, build_model
 from composer_rl.tasks.model import Task
 
 

@@ -8,8 +8,12 @@ them up with a `WeightSubscriber`. Step checkpoints (`StepCheckpointer`) hold th
 optimizer, RNG state and the policy version; a restarted actor resumes from the latest
 and publishes the restored weights under a version number the store has not used.
 
-The loss is next-token cross-entropy (+ the config's MTP term) for now: the RL objective
-comes with the RL loop, which calls the same step with its own loss.
+A step is `composer_model.train_step`, the one step the stage-one phases take too, on an
+optimizer from `composer_model.build_optimizer` (weight decay on matrices only, warm-up
+then a constant rate, or a cosine to `total_steps` when the run's length is known). The
+loss is `composer_model.compute_loss` (next-token cross-entropy + the config's MTP term)
+unless the caller passes its own; `train_rl(trajectories)` is the same step with the RL
+objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
 """
 
 from __future__ import annotations
@@ -30,10 +34,26 @@ from composer_infra.store import (
     WeightSubscriber,
     open_store,
 )
-from composer_model import ComposerModel, compute_loss, save_pretrained
+from composer_model import (
+    ComposerModel,
+    OptimConfig,
+    StepObjective,
+    build_optimizer,
+    compute_loss,
+    lr_at,
+    save_pretrained,
+    set_threads,
+    train_step,
+)
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.trainer import RLLossConfig, rl_loss
-from composer_rl.services._common import ModelSource, build_model, pack_sequences, set_threads
+from composer_rl.services._common import ModelSource, build_model, pack_sequences
+
+LossFn = Callable[[ComposerModel, torch.Tensor, torch.Tensor], StepObjective]
+"""An objective for `TrainingService.train_step`: (model, packed input ids [1, T],
+cu_seqlens) -> an object with a ``loss`` tensor and a ``metrics`` mapping."""
+
+SERVICE_OPTIM = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
 
 
 class TrainingConfig(BaseModel):
@@ -41,10 +61,15 @@ class TrainingConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    lr: float = Field(default=1e-3, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float | None = Field(default=1.0, gt=0, description="None: no clipping")
+    optim: OptimConfig = Field(
+        default=SERVICE_OPTIM,
+        description="AdamW settings and schedule, as in the stage-one phases",
+    )
+    total_steps: int | None = Field(
+        default=None,
+        gt=0,
+        description="the run's length for the cosine schedule; None: constant after warm-up",
+    )
     checkpoint_every: int = Field(
         default=10, ge=0, description="a step checkpoint every N steps; 0 never"
     )
@@ -63,7 +88,8 @@ class TrainingConfig(BaseModel):
 
 
 class TrainingService:
-    """Holds the policy and AdamW; `train_step` -> new policy version, published and checkpointed."""
+    """Holds the policy and its optimizer; `train_step` -> new policy version, published and
+    checkpointed."""
 
     def __init__(
         self,
@@ -75,12 +101,7 @@ class TrainingService:
         self.config = config or TrainingConfig()
         set_threads(self.config.threads)
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=self.config.lr,
-            betas=self.config.betas,
-            weight_decay=self.config.weight_decay,
-        )
+        self.optimizer = build_optimizer(self.model, self.config.optim)
         self.checkpointer = (
             StepCheckpointer(checkpoint_dir, keep_last=self.config.keep_checkpoints)
             if checkpoint_dir is not None
@@ -132,22 +153,24 @@ class TrainingService:
     def _publish(self) -> None:
         self.publisher.publish(self.model.state_dict(), self.policy_version)
 
-    def train_step(self, batch: Sequence[Sequence[int]], *, wait: bool = False) -> dict[str, Any]:
-        """One AdamW step on next-token loss over `batch` (token id sequences, packed).
+    def train_step(
+        self,
+        batch: Sequence[Sequence[int]],
+        *,
+        wait: bool = False,
+        loss_fn: LossFn | None = None,
+    ) -> dict[str, Any]:
+        """One optimizer step (`composer_model.train_step`) over `batch` (token id
+        sequences, packed into one row with document boundaries).
 
-        Returns the losses and the new policy version. Publishing runs in the background;
-        `wait=True` (or `flush()`) returns only once the version is visible in the store.
+        The objective is `loss_fn(model, input_ids, cu_seqlens)`, by default
+        `compute_loss` (next-token + the config's MTP term). Returns the step's metrics
+        and the new policy version. Publishing runs in the background; `wait=True` (or
+        `flush()`) returns only once the version is visible in the store.
         """
         input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
-
-        def loss_fn() -> tuple[torch.Tensor, dict[str, float]]:
-            out = compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens)
-            return out.loss, {
-                "lm_loss": float(out.lm_loss.detach()),
-                "mtp_loss": float(out.mtp_loss.detach()),
-            }
-
-        stats = self._step(loss_fn, wait=wait)
+        objective = loss_fn or _next_token_loss
+        stats = self._optimize(lambda: objective(self.model, input_ids, cu_seqlens), wait=wait)
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -156,41 +179,33 @@ class TrainingService:
     ) -> dict[str, Any]:
         """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
 
-        `loop_state` (the orchestrator's consumed and dropped groups) is stored with the
-        next step checkpoint, so a resumed run trains exactly the groups it had not.
+        The same step as `train_step`, with the policy-gradient loss on a router-replayed
+        forward. `loop_state` (the orchestrator's consumed and dropped groups) is stored
+        with the next step checkpoint, so a resumed run trains exactly the groups it had not.
         """
         batch = pack(trajectories)
         if loop_state is not None:
             self.loop_state = dict(loop_state)
-
-        def loss_fn() -> tuple[torch.Tensor, dict[str, float]]:
-            out = rl_loss(self.model, batch, self.config.rl, self.reference)
-            return out.loss, out.metrics
-
-        stats = self._step(loss_fn)
+        stats = self._optimize(lambda: rl_loss(self.model, batch, self.config.rl, self.reference))
         stats["tokens"] = batch.num_tokens
         stats["sequences"] = batch.num_sequences
         return stats
 
-    def _step(
-        self, loss_fn: Callable[[], tuple[torch.Tensor, dict[str, float]]], *, wait: bool = False
+    def _optimize(
+        self, objective: Callable[[], StepObjective], *, wait: bool = False
     ) -> dict[str, Any]:
+        """`composer_model.train_step`, then version v+1 published (and checkpointed on cadence)."""
         began = time.monotonic()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, metrics = loss_fn()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss {float(loss.detach())} at step {self.step + 1}; lower lr"
+        try:
+            stats = train_step(
+                self.model,
+                self.optimizer,
+                objective,
+                grad_clip=self.config.optim.grad_clip,
+                lr=lr_at(self.step, self.config.total_steps, self.config.optim),
             )
-        loss.backward()
-        grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-            if self.config.grad_clip is not None
-            else float("nan")
-        )
-        self.optimizer.step()
-        self.model.update_balancing_bias()
+        except FloatingPointError as error:
+            raise FloatingPointError(f"training step {self.step + 1}: {error}") from error
         self.step += 1
         self.policy_version += 1
         self._publish()
@@ -200,11 +215,9 @@ class TrainingService:
         if wait:
             self.flush()
         return {
+            **stats.as_dict(),
             "step": self.step,
             "version": self.policy_version,
-            "loss": float(loss.detach()),
-            **metrics,
-            "grad_norm": grad_norm,
             "train_seconds": time.monotonic() - began,
         }
 
@@ -216,7 +229,7 @@ class TrainingService:
             step=self.step,
             model=self.model,
             optimizer=self.optimizer,
-            sampler=self.loop_state,  # the RL loop's consumed / dropped groups
+            sampler=self.loop_state,  # the RL loop's consumed and dropped groups
             policy_version=self.policy_version,
         )
         return str(path)
@@ -240,3 +253,9 @@ class TrainingService:
 
     def close(self) -> None:
         self.publisher.close()
+
+
+def _next_token_loss(
+    model: ComposerModel, input_ids: torch.Tensor, cu_seqlens: torch.Tensor
+) -> StepObjective:
+    return compute_loss(model, input_ids, cu_seqlens=cu_seqlens)

@@ -1,5 +1,7 @@
 """Stage one: continued pretraining, the long-context phase and SFT, each a resumable phase
-writing checkpoints, metrics (JSONL and TensorBoard), plots and a final model."""
+of a fixed number of steps writing checkpoints (composer-infra's `StepCheckpointer`),
+metrics (JSONL and TensorBoard), plots and a final model. Every phase steps with
+`composer_model.train_step` on `composer_model.compute_loss`, as the training service does."""
 
 from composer_rl.stages.config import (
     CorpusConfig,
@@ -9,7 +11,7 @@ from composer_rl.stages.config import (
     load_stage1_config,
 )
 from composer_rl.stages.corpus import CorpusError, load_corpus
-from composer_rl.stages.loop import evaluate, train_phase
+from composer_rl.stages.loop import evaluate, phase_step, train_phase
 from composer_rl.stages.packing import make_batch, pack_documents
 from composer_rl.stages.pretrain import run_long_context, run_pretrain
 from composer_rl.stages.sft import run_sft
@@ -25,6 +27,7 @@ __all__ = [
     "load_stage1_config",
     "make_batch",
     "pack_documents",
+    "phase_step",
     "run_long_context",
     "run_pretrain",
     "run_sft",

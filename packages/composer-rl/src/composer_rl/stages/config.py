@@ -1,8 +1,13 @@
 """Typed configuration of the stage-one phases (continued pretraining, long context, SFT).
 
-Defaults are sized for the `tiny` preset on a 2-core CPU box: the three phases together fit
-the 10-minute budget of the default pipeline. Every field can be changed from the command
-line (`composer-rl pretrain --help`).
+Defaults are sized for the `tiny` preset on a 2-core CPU box. A phase is defined by its
+step count: it runs every step however busy the machine is, so the same config gives the
+same policy on a fast box and a loaded one. A wall-clock budget is an explicit opt-in
+(`time_limit_s`, `--<phase>-time-limit`; default none). Every field can be changed from
+the command line (`composer-rl pretrain --help`).
+
+The optimizer settings are `composer_model.OptimConfig` (re-exported here), the one
+optimizer configuration the stages and the training service share.
 """
 
 from __future__ import annotations
@@ -11,18 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
-class OptimConfig(BaseModel):
-    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(default=3e-3, gt=0)
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    warmup_steps: int = Field(default=10, ge=0)
-    weight_decay: float = Field(default=0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(default=1.0, gt=0)
+from composer_model import OptimConfig
 
 
 class PhaseConfig(BaseModel):
@@ -43,12 +37,15 @@ class PhaseConfig(BaseModel):
     mtp_join_step: int | None = Field(
         default=None,
         description="Step from which the MTP loss is on (None: from the start of the phase; "
-        "a value past `steps` keeps it off). With a time limit it also joins once the same "
-        "fraction of the limit has passed.",
+        "a value past `steps` keeps it off). Only with an opt-in time limit does it also "
+        "join once the same fraction of the limit has passed.",
     )
     seed: int = 0
     time_limit_s: float | None = Field(
-        default=None, gt=0, description="Stop early (after a checkpoint) past this many seconds."
+        default=None,
+        gt=0,
+        description="Opt-in wall-clock budget: stop early (after a checkpoint) past this many "
+        "seconds. None (the default): the phase runs all its steps.",
     )
 
     @model_validator(mode="after")
@@ -95,7 +92,6 @@ class Stage1Config(BaseModel):
             mtp_join_step=200,
             eval_every=100,
             checkpoint_every=100,
-            time_limit_s=180,
         )
     )
     long_context: PhaseConfig = Field(
@@ -107,7 +103,6 @@ class Stage1Config(BaseModel):
             eval_every=10,
             eval_rows=4,
             checkpoint_every=10,
-            time_limit_s=40,
             optim=OptimConfig(lr=3e-4, warmup_steps=2),
         )
     )
@@ -121,7 +116,6 @@ class Stage1Config(BaseModel):
             eval_every=100,
             checkpoint_every=100,
             eval_rows=4,
-            time_limit_s=320,
             optim=OptimConfig(lr=2.5e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
         )
     )
@@ -136,6 +130,15 @@ class Stage1Config(BaseModel):
                 f"pretrain.seq_len ({self.pretrain.seq_len})"
             )
         return self
+
+
+__all__ = [
+    "CorpusConfig",
+    "OptimConfig",
+    "PhaseConfig",
+    "Stage1Config",
+    "load_stage1_config",
+]
 
 
 def load_stage1_config(path: Path | None = None, **overrides: object) -> Stage1Config:

@@ -13,14 +13,9 @@ import torch
 from composer_model import ComposerTokenizer, train_tokenizer
 from composer_rl.stages.config import CorpusConfig
 from composer_rl.stages.corpus import load_corpus
+from composer_rl.stages.phases import save_torch
 
 TOKENIZER_FILE = "tokenizer.json"
-
-
-def _atomic_save(obj: object, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
 
 
 def tokenizer_and_tokens(
@@ -48,5 +43,5 @@ def tokenizer_and_tokens(
         tokenizer.save(tok_path)
     train = tokenizer.encode_batch([d.text for d in corpus.train])
     heldout = tokenizer.encode_batch([d.text for d in corpus.heldout])
-    _atomic_save({"train": train, "heldout": heldout}, cache)
+    save_torch({"train": train, "heldout": heldout}, cache)
     return tokenizer, train, heldout

@@ -1,16 +1,24 @@
-"""The training loop shared by every stage-one phase.
+"""The loop every stage-one phase runs, split as torchtitan splits its trainer.
 
-One step: a packed batch (rows chosen by (seed, step)), next-token cross-entropy on the
-masked targets plus, once MTP has joined, the MTP self-distillation loss; gradient clipping;
-AdamW; the warm-up + cosine schedule; the MoE balancing-bias update. Every `eval_every`
-steps the held-out cross-entropy (and MTP acceptance) is measured, every
-`checkpoint_every` steps the training state is saved, and a restarted phase carries on from
-its newest checkpoint with the same batches it would have seen.
+- the step: `composer_model.train_step` (the one the training service and RL take too) on
+  `composer_model.compute_loss` (the one loss: next-token cross-entropy on the batch's
+  loss mask, plus, once MTP has joined, the MTP term on the same mask and with the model
+  config's `mtp_target`), with the learning rate `composer_model.lr_at` gives for the step;
+- the eval decision (`should_eval`): every `eval_every` steps, at the last step, and when
+  an opt-in time limit ends the phase early;
+- the checkpoint decision (`should_checkpoint`): likewise every `checkpoint_every` steps.
+
+Checkpoints are composer-infra's `StepCheckpointer` (one directory a checkpoint, written
+atomically, the newest `keep_checkpoints` kept; an unreadable newest one is logged and the
+one before it used). A restarted phase carries on from its newest checkpoint with the same
+batches it would have seen: a step's rows are a function of (seed, step).
+
+A phase is defined by its step count. `time_limit_s` is an explicit opt-in (default: none):
+a phase with one stops after the checkpoint of the step that crosses it and says so.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,67 +26,70 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from composer_model import ComposerModel
-from composer_model.losses import IGNORE, document_targets, mtp_loss
-from composer_rl.stages.checkpoint import load_latest, save_checkpoint
-from composer_rl.stages.config import OptimConfig, PhaseConfig
+from composer_infra.checkpoint import StepCheckpointer
+from composer_model import (
+    ComposerModel,
+    LossOutput,
+    StepStats,
+    build_optimizer,
+    compute_loss,
+    lr_at,
+    train_step,
+)
+from composer_model.losses import IGNORE, target_ids
+from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.metrics import MetricsLogger, plot_losses
 from composer_rl.stages.packing import Batch, PackedRows, batch_rows, make_batch
 from composer_rl.stages.progress import phase_progress
 
-
-def lr_factor(step: int, steps: int, optim: OptimConfig) -> float:
-    """Linear warm-up to 1, then cosine down to `min_lr_ratio` at `steps`."""
-    if optim.warmup_steps and step < optim.warmup_steps:
-        return (step + 1) / optim.warmup_steps
-    span = max(1, steps - optim.warmup_steps)
-    progress = min(1.0, (step - optim.warmup_steps) / span)
-    return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+CHECKPOINT_DIR = "checkpoints"
 
 
-def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
-    """Weight decay on matrices only (not on norms, biases or the router's bias)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    return torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": optim.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=optim.lr,
-        betas=optim.betas,
-    )
-
-
-def masked_targets(batch: Batch, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Next-token targets inside each document, ignoring tokens the mask leaves out."""
-    flat = batch.input_ids.reshape(-1)
-    targets = document_targets(flat, cu_seqlens, 1)
-    wanted = torch.roll(batch.mask.reshape(-1), -1)
-    return torch.where(wanted, targets, torch.full_like(targets, IGNORE))
-
-
-@dataclass
-class StepLoss:
-    loss: torch.Tensor
-    lm_loss: torch.Tensor
-    mtp_loss: torch.Tensor
-
-
-def phase_loss(model: ComposerModel, batch: Batch, mtp_weight: float) -> StepLoss:
-    want_mtp = mtp_weight > 0 and bool(model.mtp_modules)
-    output = model(
+def batch_loss(model: ComposerModel, batch: Batch, mtp_weight: float) -> LossOutput:
+    """The phase objective on one packed batch: `compute_loss` with the batch's loss mask."""
+    return compute_loss(
+        model,
         batch.input_ids,
         positions=batch.positions,
         cu_seqlens=batch.cu_seqlens,
-        return_mtp=want_mtp,
+        mtp_weight=mtp_weight,
+        loss_mask=batch.mask,
     )
-    logits = output.logits.reshape(-1, output.logits.shape[-1]).float()
-    lm = F.cross_entropy(logits, masked_targets(batch, output.cu_seqlens), ignore_index=IGNORE)
-    extra = mtp_loss(output, batch.input_ids) if want_mtp else lm.new_zeros(())
-    return StepLoss(lm + mtp_weight * extra, lm, extra)
+
+
+def phase_step(
+    model: ComposerModel,
+    optimizer: torch.optim.Optimizer,
+    config: PhaseConfig,
+    batch: Batch,
+    step: int,
+    mtp_on: bool,
+) -> StepStats:
+    """One optimizer step of a phase (0-based `step`) on `batch`."""
+    weight = config.mtp_weight if mtp_on else 0.0
+    return train_step(
+        model,
+        optimizer,
+        lambda: batch_loss(model, batch, weight),
+        grad_clip=config.optim.grad_clip,
+        lr=lr_at(step, config.steps, config.optim),
+    )
+
+
+def out_of_time(config: PhaseConfig, elapsed_s: float) -> bool:
+    """Only a phase given a time limit (opt-in) can run out of time."""
+    return config.time_limit_s is not None and elapsed_s > config.time_limit_s
+
+
+def should_eval(config: PhaseConfig, step: int, stopping: bool) -> bool:
+    """Evaluate after `step` (1-based count of steps done)?"""
+    return step % config.eval_every == 0 or step == config.steps or stopping
+
+
+def should_checkpoint(config: PhaseConfig, step: int, stopping: bool) -> bool:
+    """Checkpoint after `step` (1-based count of steps done)?"""
+    return step % config.checkpoint_every == 0 or step == config.steps or stopping
 
 
 @torch.no_grad()
@@ -91,7 +102,10 @@ def evaluate(
     bucket: int | None = None,
 ) -> dict[str, Any]:
     """Held-out CE on the first `rows` rows; MTP acceptance (greedy draft equals the main
-    head's greedy next token) when asked; CE per position bucket when `bucket` is given."""
+    head's greedy next token) when asked; CE per position bucket when `bucket` is given.
+
+    Targets are `composer_model.losses.target_ids` with the rows' loss mask, the same
+    targets the training loss uses."""
     was_training = model.training
     model.eval()
     total_loss = torch.zeros((), dtype=torch.float64)
@@ -107,8 +121,10 @@ def evaluate(
             batch.input_ids, positions=batch.positions, cu_seqlens=batch.cu_seqlens, return_mtp=mtp
         )
         logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
-        targets = masked_targets(batch, out.cu_seqlens)
-        losses = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="none")
+        targets = target_ids(batch.input_ids, out.cu_seqlens, 1, batch.mask)
+        losses = torch.nn.functional.cross_entropy(
+            logits, targets, ignore_index=IGNORE, reduction="none"
+        )
         valid = targets != IGNORE
         total_loss += losses[valid].double().sum()
         total_count += int(valid.sum())
@@ -121,8 +137,7 @@ def evaluate(
         if mtp and out.mtp_logits:
             draft = out.mtp_logits[0].reshape(-1, logits.shape[-1]).argmax(-1)  # guesses t+2
             verify = torch.roll(logits.argmax(-1), -1)  # main head at t+1 also guesses t+2
-            ok = document_targets(batch.input_ids.reshape(-1), out.cu_seqlens, 2) != IGNORE
-            ok &= torch.roll(batch.mask.reshape(-1), -2)  # only where token t+2 is a target
+            ok = target_ids(batch.input_ids, out.cu_seqlens, 2, batch.mask) != IGNORE
             accepted += int((draft == verify)[ok].sum())
             drafted += int(ok.sum())
     model.train(was_training)
@@ -137,9 +152,10 @@ def evaluate(
 def mtp_joins(config: PhaseConfig, step: int, elapsed_s: float) -> bool:
     """Whether the MTP module joins at this step.
 
-    It joins at `mtp_join_step`, or, in a phase with a time limit, once the same fraction
-    of the limit has passed: a phase cut short by its limit still trains MTP for its later
-    part instead of ending before the join step. A join step past `steps` keeps MTP off.
+    It joins at `mtp_join_step` (step-based: the default). Only in a phase given an opt-in
+    time limit does it also join once the same fraction of the limit has passed, so a
+    phase cut short by its limit still trains MTP for its later part. A join step past
+    `steps` keeps MTP off.
     """
     join = config.mtp_join_step
     if join is None:
@@ -162,6 +178,12 @@ class PhaseResult:
     mtp_joined_at: int | None = None
 
 
+def _batch_sampler(config: PhaseConfig) -> dict[str, Any]:
+    """What the step checkpoint records of the data order: rows are a function of
+    (seed, step), so the seed and the step are the sampler's whole state."""
+    return {"kind": "seeded_rows", "seed": config.seed, "rows_per_step": config.rows_per_step}
+
+
 def train_phase(
     model: ComposerModel,
     config: PhaseConfig,
@@ -175,39 +197,19 @@ def train_phase(
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     optimizer = build_optimizer(model, config.optim)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, config.steps, config.optim)
-    )
+    checkpointer = StepCheckpointer(run_dir / CHECKPOINT_DIR, keep_last=config.keep_checkpoints)
     start_step = 0
     mtp_joined_at: int | None = None
-    state = load_latest(run_dir)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start_step = int(state["step"])
-        mtp_joined_at = state.get("mtp_joined_at")
+    resumed = checkpointer.load(model, optimizer)
+    if resumed is not None:
+        start_step = resumed.step
+        mtp_joined_at = resumed.extra.get("mtp_joined_at")
     logger = MetricsLogger(run_dir, resume_step=start_step)
     model.train()
     began = time.monotonic()
     step = start_step
     stopped_early = False
     final_eval: dict[str, Any] = {}
-
-    def checkpoint(at: int) -> None:
-        save_checkpoint(
-            run_dir,
-            at,
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "mtp_joined_at": mtp_joined_at,
-            },
-            keep=config.keep_checkpoints,
-        )
-        if on_checkpoint is not None:
-            on_checkpoint(at)
 
     progress = phase_progress()
     progress.disable = not show_progress
@@ -223,13 +225,7 @@ def train_phase(
             batch = make_batch(
                 train, batch_rows(len(train), config.rows_per_step, step, config.seed)
             )
-            losses = phase_loss(model, batch, config.mtp_weight if mtp_on else 0.0)
-            optimizer.zero_grad(set_to_none=True)
-            losses.loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            model.update_balancing_bias()
+            stats = phase_step(model, optimizer, config, batch, step, mtp_on)
             step += 1
             window_tokens += batch.num_tokens
             tok_s = window_tokens / max(1e-9, time.monotonic() - window_start)
@@ -237,29 +233,31 @@ def train_phase(
                 step,
                 "train",
                 {
-                    "loss": float(losses.loss.detach()),
-                    "lm_loss": float(losses.lm_loss.detach()),
-                    "mtp_loss": float(losses.mtp_loss.detach()),
+                    **stats.as_dict(),
                     "mtp_on": int(mtp_on),
-                    "lr": float(scheduler.get_last_lr()[0]),
-                    "grad_norm": float(grad_norm.item()),
                     "tokens": step * config.tokens_per_step,
                     "tokens_per_s": tok_s,
                 },
             )
-            progress.update(bar, advance=1, loss=float(losses.lm_loss.detach()), tok_s=tok_s)
-            last = step == config.steps
-            out_of_time = (
-                config.time_limit_s is not None and time.monotonic() - began > config.time_limit_s
-            )
-            if step % config.eval_every == 0 or last or out_of_time:
+            progress.update(bar, advance=1, loss=stats.metrics["lm_loss"], tok_s=tok_s)
+            stopping = out_of_time(config, time.monotonic() - began) and step < config.steps
+            if should_eval(config, step, stopping):
                 final_eval = evaluate(
                     model, heldout, config.eval_rows, config.rows_per_step, with_mtp=mtp_on
                 )
                 logger.log(step, "eval", final_eval)
-            if step % config.checkpoint_every == 0 or last or out_of_time:
-                checkpoint(step)
-            if out_of_time and not last:
+            if should_checkpoint(config, step, stopping):
+                checkpointer.save(
+                    step=step,
+                    model=model,
+                    optimizer=optimizer,
+                    sampler=_batch_sampler(config),
+                    policy_version=step,
+                    extra={"phase": config.name, "mtp_joined_at": mtp_joined_at},
+                )
+                if on_checkpoint is not None:
+                    on_checkpoint(step)
+            if stopping:
                 stopped_early = True
                 break
     logger.close()

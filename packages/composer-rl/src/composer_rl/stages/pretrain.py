@@ -21,18 +21,11 @@ from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, pack_documents
-from composer_rl.stages.phases import export_final, final_dir, read_result
-
-
-def _set_threads(config: Stage1Config) -> None:
-    if config.threads:
-        torch.set_num_threads(config.threads)
+from composer_rl.stages.phases import export_final, open_phase, previous_final
 
 
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    _set_threads(config)
-    phase_dir = config.run_dir / config.pretrain.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, config.pretrain.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
@@ -70,16 +63,14 @@ def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: i
 
 
 def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    _set_threads(config)
     phase = config.long_context
-    phase_dir = config.run_dir / phase.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
-    source = final_dir(config.run_dir / config.pretrain.name)
-    if not (source / "config.json").is_file():
-        raise FileNotFoundError(f"{source}: run the pretrain phase first (composer-rl pretrain)")
+    source = previous_final(
+        config.run_dir / config.pretrain.name, "run the pretrain phase first (composer-rl pretrain)"
+    )
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
     eos = tokenizer.eos_id
     base = load_pretrained(source)

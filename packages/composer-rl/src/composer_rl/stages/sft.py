@@ -21,8 +21,8 @@ from composer_rl.agent.oracle import play_oracle
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
-from composer_rl.stages.phases import export_final, final_dir, read_result
-from composer_rl.tasks import Split, Task, collect_tasks, sample_tasks
+from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 
 
 def demonstrations(
@@ -46,7 +46,7 @@ def sft_data(
     if cache.is_file():
         return dict(torch.load(cache, weights_only=False))
     train_tasks = collect_tasks(Split.TRAIN)
-    per_template = max(1, config.sft_max_tasks // 13)
+    per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
     train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
     heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
     train_ids, train_masks = demonstrations(train_tasks, tokenizer, show_progress)
@@ -56,26 +56,20 @@ def sft_data(
         "heldout": (heldout_ids, heldout_masks),
         "train_tasks": len(train_tasks),
     }
-    tmp = cache.with_suffix(".tmp")
-    torch.save(data, tmp)
-    tmp.replace(cache)
+    save_torch(data, cache)
     return data
 
 
 def run_sft(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
-    if config.threads:
-        torch.set_num_threads(config.threads)
     phase = config.sft
-    phase_dir = config.run_dir / phase.name
-    done = read_result(phase_dir)
+    phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
-    source = final_dir(config.run_dir / config.long_context.name)
-    if not (source / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{source}: run the pretrain and long-context phases first (composer-rl pretrain)"
-        )
+    source = previous_final(
+        config.run_dir / config.long_context.name,
+        "run the pretrain and long-context phases first (composer-rl pretrain)",
+    )
     tokenizer = ComposerTokenizer.from_file(source / "tokenizer.json")
     data = sft_data(config.run_dir, config, tokenizer, show_progress)
     eos = tokenizer.eos_id
