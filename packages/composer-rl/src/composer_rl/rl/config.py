@@ -53,6 +53,14 @@ class RolloutSection(_Section):
     max_seq_len: int = Field(default=1024, ge=64)
     grading_workers: int = Field(default=2, ge=1)
     record_routing: bool = Field(default=True, description="needed for router replay")
+    summary_budget: int | None = Field(
+        default=768,
+        ge=64,
+        description="self-summarize when the next turn could pass this many context tokens "
+        "(None: no summaries; the episode ends at max_seq_len)",
+    )
+    summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
+    max_summaries: int = Field(default=3, ge=1)
 
 
 class TrainSection(_Section):

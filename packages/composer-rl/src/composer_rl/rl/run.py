@@ -33,6 +33,7 @@ from composer_rl.rl.config import RLConfig, to_toml
 from composer_rl.rl.episodes import score_result
 from composer_rl.rl.orchestrator import Orchestrator, OrchestratorConfig, ScoredEpisode
 from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
+from composer_rl.rl.summarize import SummaryConfig
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
 from composer_rl.services.training import TrainingConfig, TrainingService
@@ -104,6 +105,13 @@ def runner_config(config: RLConfig) -> RunnerConfig:
         backend=config.sandbox,
         grading_workers=r.grading_workers,
         record_routing=r.record_routing,
+        summary=SummaryConfig(
+            context_budget=r.summary_budget,
+            summary_tokens=r.summary_tokens,
+            max_summaries=r.max_summaries,
+        )
+        if r.summary_budget is not None
+        else None,
     )
 
 

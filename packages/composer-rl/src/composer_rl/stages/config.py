@@ -120,6 +120,12 @@ class Stage1Config(BaseModel):
         )
     )
     sft_max_tasks: int = Field(default=6000, gt=0)
+    sft_summary_every: int = Field(
+        default=4,
+        ge=0,
+        description="one training task in N also gets a self-summarized demonstration "
+        "(read, summarize, continue from the condensed context); 0: none",
+    )
     threads: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ import torch
 from rich.progress import track
 
 from composer_model import ComposerTokenizer, load_pretrained
-from composer_rl.agent.oracle import play_oracle
+from composer_rl.agent.oracle import play_oracle, summary_demonstration
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
@@ -26,15 +26,26 @@ from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sam
 
 
 def demonstrations(
-    tasks: list[Task], tokenizer: ComposerTokenizer, show_progress: bool = True
+    tasks: list[Task],
+    tokenizer: ComposerTokenizer,
+    show_progress: bool = True,
+    summary_every: int = 0,
 ) -> tuple[list[list[int]], list[list[bool]]]:
+    """Each task's oracle episode; every `summary_every`-th task also as a self-summarized
+    chain (its two segments are separate examples), or the tiny model never learns to
+    summarize when the RL loop asks it to."""
     ids: list[list[int]] = []
     masks: list[list[bool]] = []
-    for task in track(tasks, description="demonstrations", disable=not show_progress):
-        demo = play_oracle(task, grade=False)
-        tokens, mask = demo.transcript.encode(tokenizer)
-        ids.append(tokens)
-        masks.append(mask)
+    for index, task in enumerate(
+        track(tasks, description="demonstrations", disable=not show_progress)
+    ):
+        transcripts = [play_oracle(task, grade=False).transcript]
+        if summary_every and index % summary_every == 0:
+            transcripts += summary_demonstration(task)
+        for transcript in transcripts:
+            tokens, mask = transcript.encode(tokenizer)
+            ids.append(tokens)
+            masks.append(mask)
     return ids, masks
 
 
@@ -49,7 +60,9 @@ def sft_data(
     per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
     train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
     heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
-    train_ids, train_masks = demonstrations(train_tasks, tokenizer, show_progress)
+    train_ids, train_masks = demonstrations(
+        train_tasks, tokenizer, show_progress, summary_every=config.sft_summary_every
+    )
     heldout_ids, heldout_masks = demonstrations(heldout_tasks, tokenizer, show_progress)
     data = {
         "train": (train_ids, train_masks),
