@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
-from composer_rl.rl.algorithm import group_advantages
+from composer_rl.rl.algorithm import GroupAdvantages, group_advantages
 from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.sampler import TaskSampler
 from composer_rl.tasks.model import Task
@@ -169,6 +169,20 @@ def ready_from_trajectories(
     )
 
 
+def assign_advantages(
+    episodes: list[ScoredEpisode],
+) -> tuple[list[Trajectory], GroupAdvantages]:
+    """Every trajectory of every episode gets its episode's reward and advantage: the
+    segments of a self-summarized episode share the episode's final reward."""
+    advantages = group_advantages([e.reward for e in episodes])
+    trajs: list[Trajectory] = []
+    for episode, adv in zip(episodes, advantages.advantages, strict=True):
+        for traj in episode.trajectories:
+            traj.reward, traj.advantage = episode.reward, adv
+            trajs.append(traj)
+    return trajs, advantages
+
+
 class Orchestrator:
     """Runs the loop until `config.steps` optimizer steps are done or the epoch runs out."""
 
@@ -281,12 +295,7 @@ class Orchestrator:
 
     def _finish_group(self, group: _OpenGroup) -> None:
         self.counters.groups_finished += 1
-        advantages = group_advantages([e.reward for e in group.episodes])
-        trajs: list[Trajectory] = []
-        for episode, adv in zip(group.episodes, advantages.advantages, strict=True):
-            for traj in episode.trajectories:
-                traj.reward, traj.advantage = episode.reward, adv
-                trajs.append(traj)
+        trajs, advantages = assign_advantages(group.episodes)
         self.groups.put(group_to_record(group.group_id, group.task.id, trajs))
         if advantages.constant and self.config.drop_constant_groups:
             self.counters.groups_constant += 1

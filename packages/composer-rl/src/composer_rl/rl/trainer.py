@@ -128,7 +128,9 @@ def rl_loss(
         "replay_replacements": float(output.replacements),
     }
     if want_mtp and output.mtp_logits:
-        extra = mtp_loss(output, batch.input_ids, "self_distill")
+        # Self-distillation onto the main head on the tokens the policy sampled.
+        sampled = torch.roll(batch.target_mask, 1)
+        extra = mtp_loss(output, batch.input_ids, "self_distill", loss_mask=sampled)
         loss = loss + config.mtp_weight * extra
         metrics["mtp_loss"] = float(extra.detach())
         metrics["mtp_acceptance"] = mtp_acceptance(
