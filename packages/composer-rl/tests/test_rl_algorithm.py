@@ -137,3 +137,22 @@ def test_shapes_must_line_up() -> None:
         rl_objective(
             torch.zeros(3), torch.zeros(2), torch.zeros(3), torch.ones(3), normalizer=1, is_cap=None
         )
+
+
+def test_staleness_bound_counts_queue_time() -> None:
+    from collections import deque
+
+    from composer_rl.rl.orchestrator import ReadyGroup, take_fresh
+
+    def group(name: str, oldest: int) -> ReadyGroup:
+        return ReadyGroup(name, name, [], oldest_version=oldest, rewards=[])
+
+    ready = deque([group("a", 5), group("b", 1), group("c", 4), group("d", 6)])
+    # Trainer at version 6, bound 3: "b" waited until it is 5 versions behind: dropped.
+    fresh, stale = take_fresh(ready, version=6, wanted=2, max_off_policy_steps=3)
+    assert [g.group_id for g in fresh] == ["a", "c"]
+    assert [g.group_id for g in stale] == ["b"]
+    assert [g.group_id for g in ready] == ["d"]
+    # The same group is fresh at an earlier trainer version: lag is measured now.
+    fresh, stale = take_fresh(deque([group("b", 1)]), version=4, wanted=1, max_off_policy_steps=3)
+    assert [g.group_id for g in fresh] == ["b"] and not stale

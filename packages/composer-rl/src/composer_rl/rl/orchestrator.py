@@ -98,6 +98,7 @@ class LoopCounters:
     episodes_infra_failed: int = 0
     groups_resumed: int = 0
     tasks_reissued: int = 0
+    groups_left_at_end: int = 0
 
 
 ScoreFn = Callable[[Any], ScoredEpisode]
@@ -169,6 +170,23 @@ def ready_from_trajectories(
     )
 
 
+def take_fresh(
+    ready: deque[ReadyGroup], version: int, wanted: int, max_off_policy_steps: int
+) -> tuple[list[ReadyGroup], list[ReadyGroup]]:
+    """Pop up to `wanted` groups from the front of `ready`; (fresh, stale) by the lag rule.
+
+    The lag of a group is the trainer's version now minus the oldest version that sampled
+    any of its tokens, so the time a group waited in the queue counts, not only how old
+    its weights were when it was generated.
+    """
+    fresh: list[ReadyGroup] = []
+    stale: list[ReadyGroup] = []
+    while ready and len(fresh) < wanted:
+        group = ready.popleft()
+        (stale if group.lag(version) > max_off_policy_steps else fresh).append(group)
+    return fresh, stale
+
+
 def assign_advantages(
     episodes: list[ScoredEpisode],
 ) -> tuple[list[Trajectory], GroupAdvantages]:
@@ -225,6 +243,7 @@ class Orchestrator:
         self._gen_tokens = 0
         self._sandbox_s = 0.0
         self._window: list[ScoredEpisode] = []
+        self._submissions: list[Future[Any]] = []
         self._resume()
 
     # --- resume -----------------------------------------------------------------------
@@ -270,7 +289,20 @@ class Orchestrator:
             self._group_counter += 1
             gid = f"g{self._group_counter:06d}-{task.id}"
             self.open[gid] = _OpenGroup(gid, task)
-            self.rollout.call("submit_episodes", task, self.config.group_size, gid).result()
+            # Not waited for: the rollout service takes calls in order, so the next poll
+            # sees this group; a failed submission is raised at the next check.
+            self._submissions.append(
+                self.rollout.call("submit_episodes", task, self.config.group_size, gid)
+            )
+
+    def _check_submissions(self) -> None:
+        pending = []
+        for future in self._submissions:
+            if future.done():
+                future.result()  # raises what the rollout service raised
+            else:
+                pending.append(future)
+        self._submissions = pending
 
     def _take_episodes(self, results: list[tuple[str, Any]]) -> None:
         for gid, raw in results:
@@ -311,24 +343,17 @@ class Orchestrator:
 
     def _batch(self) -> list[ReadyGroup] | None:
         """Up to `groups_per_step` fresh groups, after dropping (or redoing) stale ones."""
-        fresh: list[ReadyGroup] = []
-        while self.ready and len(fresh) < self.config.groups_per_step:
-            group = self.ready.popleft()
-            if group.lag(self.version) > self.config.max_off_policy_steps:
-                self.counters.groups_stale_dropped += 1
-                self.dropped.add(group.group_id)
-                if self.config.stale_policy == "regenerate":
-                    self.counters.groups_regenerated += 1
-                    self.reissue.append(self.sampler.tasks[group.task_id])
-                continue
-            fresh.append(group)
-        if len(fresh) < self.config.groups_per_step:
-            for group in reversed(fresh):
-                self.ready.appendleft(group)
-            return None
-        if self.config.sync and self.open:
-            for group in reversed(fresh):
-                self.ready.appendleft(group)
+        fresh, stale = take_fresh(
+            self.ready, self.version, self.config.groups_per_step, self.config.max_off_policy_steps
+        )
+        for group in stale:
+            self.counters.groups_stale_dropped += 1
+            self.dropped.add(group.group_id)
+            if self.config.stale_policy == "regenerate":
+                self.counters.groups_regenerated += 1
+                self.reissue.append(self.sampler.tasks[group.task_id])
+        if len(fresh) < self.config.groups_per_step or (self.config.sync and self.open):
+            self.ready.extendleft(reversed(fresh))
             return None
         return fresh
 
@@ -360,10 +385,14 @@ class Orchestrator:
                     train = self.trainer.call("train_rl", trajectories, state)
             if poll is None and self.open:
                 poll = self.rollout.call("poll_episodes")
+            self._check_submissions()
             waiting = [f for f in (poll, train) if f is not None]
             if not waiting:
-                if self.sampler.exhausted and not self.reissue and not self.ready:
-                    break  # the epoch is over
+                if self.sampler.exhausted and not self.reissue and not self.open:
+                    # The epoch is over: fewer than a batch of groups is left (they stay in
+                    # the group store, untrained, and are counted).
+                    self.counters.groups_left_at_end = len(self.ready)
+                    break
                 continue
             wait(waiting, return_when=FIRST_COMPLETED)
             if poll is not None and poll.done():
