@@ -40,6 +40,7 @@ class PolicyScores:
     per_task_passk: dict[str, float] = field(default_factory=dict)
     k: int = 0
     reward_mean: float = math.nan
+    components: dict[str, float] = field(default_factory=dict)
     tokens_per_episode: float = math.nan
     by_difficulty: dict[int, tuple[float, float, int]] = field(default_factory=dict)
 
@@ -78,6 +79,7 @@ def score_policy(
         checkpoint=str(checkpoint),
         per_task_pass1=_per_task(results, 1),
         reward_mean=float(summary["reward_total_mean"]),
+        components=dict(summary["reward_components_mean"]),
         tokens_per_episode=float(summary["tokens_per_episode"]),
     )
     for difficulty in sorted({t.difficulty for t in tasks}):

@@ -448,6 +448,9 @@ class Orchestrator:
             "monitor_flags": dict(flags),
             "generated_tokens": self._gen_tokens,
             "generation_tokens_per_s": self._gen_tokens / seconds if seconds > 0 else 0.0,
+            "training_tokens_per_s": stats.get("tokens", 0) / stats["train_seconds"]
+            if stats.get("train_seconds")
+            else 0.0,
             "trainer_idle_s": self._trainer_idle_s,
             "sandbox_s": self._sandbox_s,
             "step_seconds": seconds,
