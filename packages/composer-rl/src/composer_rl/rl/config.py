@@ -40,6 +40,9 @@ class LoopSection(_Section):
         default=True, description="leave out groups whose rewards are all equal (no signal)"
     )
     sync: bool = Field(default=False, description="alternate generation and training")
+    call_timeout_s: float = Field(
+        default=900.0, gt=0, description="a service silent this long stops the run with an error"
+    )
     upsample_hard_after: float | None = Field(
         default=0.5, ge=0, le=1, description="favour harder kinds after this share of steps"
     )

@@ -68,6 +68,7 @@ class OrchestratorConfig:
     stale_policy: Literal["drop", "regenerate"] = "drop"
     drop_constant_groups: bool = True
     sync: bool = False
+    call_timeout_s: float = 900.0  # no answer from a service for this long: a clear error
 
 
 @dataclass
@@ -394,7 +395,16 @@ class Orchestrator:
                     self.counters.groups_left_at_end = len(self.ready)
                     break
                 continue
-            wait(waiting, return_when=FIRST_COMPLETED)
+            finished, _ = wait(
+                waiting, timeout=self.config.call_timeout_s, return_when=FIRST_COMPLETED
+            )
+            if not finished:
+                stuck = [n for n, f in (("inference", poll), ("training", train)) if f is not None]
+                raise TimeoutError(
+                    f"no answer from the {' and '.join(stuck)} service in "
+                    f"{self.config.call_timeout_s:.0f} s (loop.call_timeout_s); the run can be "
+                    "resumed from its checkpoints with the same command"
+                )
             if poll is not None and poll.done():
                 self._take_episodes(poll.result())
                 poll = None

@@ -302,6 +302,7 @@ def run_rl(
                 stale_policy=loop.stale_policy,
                 drop_constant_groups=loop.drop_constant_groups,
                 sync=loop.sync,
+                call_timeout_s=loop.call_timeout_s,
             ),
             sampler,
             GroupStore(run_dir / "groups"),
