@@ -64,9 +64,7 @@ def main() -> None:
                 scores["greedy"].append(imbalance(costs, greedy(costs, dp)))
                 scores["kk"].append(imbalance(costs, karmarkar_karp(costs, dp)))
                 floors.append(max(1.0, max(costs) / (sum(costs) / dp)))
-            cells = " | ".join(
-                f"{statistics.mean(v):.3f} / {max(v):.3f}" for v in scores.values()
-            )
+            cells = " | ".join(f"{statistics.mean(v):.3f} / {max(v):.3f}" for v in scores.values())
             print(f"| {name} ({a:.0f}) | {dp} | {cells} | {max(floors):.3f} |")
 
 

@@ -53,7 +53,11 @@ def _reference() -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     out = attn(x, cos, sin, cu)
     (out * probe).sum().backward()
     assert x.grad is not None
-    return out.detach(), x.grad, {n: p.grad.clone() for n, p in attn.named_parameters() if p.grad is not None}
+    return (
+        out.detach(),
+        x.grad,
+        {n: p.grad.clone() for n, p in attn.named_parameters() if p.grad is not None},
+    )
 
 
 def _cp_run(group: dist.ProcessGroup, mode: str) -> dict[str, Any]:

@@ -110,13 +110,19 @@ def test_expert_parallel_moe_matches_single_process() -> None:
         case = f"ep={ep} replay={replay} mxfp8={quantize}"
         for r in range(ep):
             got = by_rank[r][(ep, replay, quantize)]
-            torch.testing.assert_close(got["out"], ref["out"][got["rows"]], atol=1e-5, rtol=1e-5, msg=case)
-            torch.testing.assert_close(got["x_grad"], ref["x_grad"][got["rows"]], atol=1e-5, rtol=1e-5, msg=case)
+            torch.testing.assert_close(
+                got["out"], ref["out"][got["rows"]], atol=1e-5, rtol=1e-5, msg=case
+            )
+            torch.testing.assert_close(
+                got["x_grad"], ref["x_grad"][got["rows"]], atol=1e-5, rtol=1e-5, msg=case
+            )
             torch.testing.assert_close(got["load"], ref["load"], msg=case)
             for name, grad in ref["grads"].items():
                 if is_expert_parameter(name):
                     grad = grad[got["first"] : got["first"] + got["local"]]
-                torch.testing.assert_close(got["grads"][name], grad, atol=1e-5, rtol=1e-5, msg=f"{case} {name}")
+                torch.testing.assert_close(
+                    got["grads"][name], grad, atol=1e-5, rtol=1e-5, msg=f"{case} {name}"
+                )
 
 
 def test_expert_parameters_are_recognised_by_name() -> None:

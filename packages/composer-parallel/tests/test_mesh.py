@@ -43,7 +43,9 @@ def test_ep8_cp8_layout() -> None:
 
 
 def test_ep_that_does_not_divide_dp_x_cp_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"ep=3 must divide dp x cp = 2 x 2 = 4.*divisors \[1, 2, 4\]"):
+    with pytest.raises(
+        ValueError, match=r"ep=3 must divide dp x cp = 2 x 2 = 4.*divisors \[1, 2, 4\]"
+    ):
         ParallelDims(dp=2, cp=2, ep=3)
     with pytest.raises(ValueError, match="positive integer"):
         ParallelDims(dp=0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -51,11 +52,15 @@ def head_tail_spans(cu_seqlens: list[int], cp: int) -> list[list[tuple[int, int,
     """
     if cp < 1:
         raise ValueError(f"cp must be >= 1; got {cp}")
-    if not cu_seqlens or cu_seqlens[0] != 0 or any(b < a for a, b in zip(cu_seqlens, cu_seqlens[1:])):
+    if (
+        not cu_seqlens
+        or cu_seqlens[0] != 0
+        or any(b < a for a, b in itertools.pairwise(cu_seqlens))
+    ):
         raise ValueError(f"cu_seqlens must rise from 0; got {cu_seqlens}")
     chunks = 2 * cp
     spans: list[list[tuple[int, int, int]]] = [[] for _ in range(cp)]
-    for start, end in zip(cu_seqlens, cu_seqlens[1:]):
+    for start, end in itertools.pairwise(cu_seqlens):
         length = end - start
         bounds = [start + j * length // chunks for j in range(chunks + 1)]
         for r in range(cp):
@@ -84,19 +89,22 @@ class ContextShard:
 
     @classmethod
     def build(cls, cu_seqlens: torch.Tensor | list[int], cp: int, rank: int) -> ContextShard:
-        cu = [int(c) for c in (cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens)]
+        cu = [
+            int(c)
+            for c in (cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens)
+        ]
         if not 0 <= rank < cp:
             raise ValueError(f"cp rank {rank} is outside 0..{cp - 1}")
         every = head_tail_spans(cu, cp)
         all_index = [
-            torch.cat([torch.arange(a, b) for a, b, _ in spans]) if spans else torch.zeros(0, dtype=torch.long)
+            torch.cat([torch.arange(a, b) for a, b, _ in spans])
+            if spans
+            else torch.zeros(0, dtype=torch.long)
             for spans in every
         ]
         counts = [int(i.numel()) for i in all_index]
         width = max(counts) if counts else 0
-        padded_row = torch.cat(
-            [torch.arange(n) + r * width for r, n in enumerate(counts)]
-        ).long()
+        padded_row = torch.cat([torch.arange(n) + r * width for r, n in enumerate(counts)]).long()
         order = torch.cat(all_index)
         gather_source = torch.empty(cu[-1], dtype=torch.long)
         gather_source[order] = padded_row
@@ -184,7 +192,9 @@ class _RingPass(torch.autograd.Function):
         return _ring_exchange(grads[0], ctx.group, forward=False), None
 
 
-def gather_sequence(local: torch.Tensor, shard: ContextShard, group: dist.ProcessGroup) -> torch.Tensor:
+def gather_sequence(
+    local: torch.Tensor, shard: ContextShard, group: dist.ProcessGroup
+) -> torch.Tensor:
     """All ranks' rows of `local` [n_local, d] assembled in global token order [total, d]."""
     width = max(shard.counts)
     padded = F.pad(local, (0, 0, 0, width - local.shape[0]))
@@ -243,8 +253,15 @@ def _flash_prefix_attention(
     cu_q = torch.tensor([0, *q_lens], device=q.device).cumsum(0).to(torch.int32)
     cu_k = torch.tensor([0, *k_lens], device=q.device).cumsum(0).to(torch.int32)
     out: torch.Tensor = flash_attn_varlen_func(
-        q, k[key_rows], v[key_rows], cu_q, cu_k, max(q_lens), max(k_lens),
-        softmax_scale=scale, causal=True,
+        q,
+        k[key_rows],
+        v[key_rows],
+        cu_q,
+        cu_k,
+        max(q_lens),
+        max(k_lens),
+        softmax_scale=scale,
+        causal=True,
     )
     return out
 
@@ -356,7 +373,9 @@ class ContextParallelMLA(MultiHeadLatentAttention):
             if n == 0:
                 continue
             k_index = shard.all_index[source].to(device)
-            mask = (q_doc[:, None] == doc_of[k_index][None, :]) & (k_index[None, :] <= q_index[:, None])
+            mask = (q_doc[:, None] == doc_of[k_index][None, :]) & (
+                k_index[None, :] <= q_index[:, None]
+            )
             if not bool(mask.any()):
                 continue
             k, v = self._project(block[:n])
@@ -381,6 +400,7 @@ def apply_context_parallel(
     for module in model.modules():
         if isinstance(module, MultiHeadLatentAttention):
             module.__class__ = ContextParallelMLA
+            assert isinstance(module, ContextParallelMLA)
             module.context = context
     return context
 

@@ -10,10 +10,12 @@ This is DDP's all-reduce with per-parameter groups (DDP itself reduces everythin
 one group, which would sum different experts' gradients under EP). The losses here are
 normalised by the *global* number of targets, so the collective is a plain SUM.
 
-FSDP2 (`torch.distributed.fsdp.fully_shard`) runs on CPU with gloo in torch 2.15 (its
-reduce-scatter is supported by gloo there); `apply_fsdp` shards dense parameters over the
-world mesh and experts over the expert-dp mesh, as torchtitan does, and is an option of
-`train.parallelize`. Its gradients are averaged by FSDP, hence the divide factor of 1.
+FSDP2 (`torch.distributed.fsdp.fully_shard`) does run on CPU with gloo in torch 2.15 (a
+two-process probe sharded, ran forward/backward and reduce-scattered; gloo has
+`reduce_scatter_tensor` there). It is not wired yet: under EP it needs two meshes (dense
+over dp x cp, experts over expert-dp, as torchtitan does), a gradient divide factor of 1
+for our globally normalised loss, and a grad norm across both meshes. Until then this
+module is the data-parallel path: replicated dense weights, ep-sharded experts.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from composer_parallel.expert import is_expert_parameter
 
 
 def _split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    dense, experts = [], []
+    dense: list[torch.nn.Parameter] = []
+    experts: list[torch.nn.Parameter] = []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
@@ -80,7 +83,9 @@ def grad_norm(model: torch.nn.Module, ep: dist.ProcessGroup | None) -> torch.Ten
     return (square + expert_square).sqrt()
 
 
-def clip_gradients(model: torch.nn.Module, max_norm: float | None, ep: dist.ProcessGroup | None) -> float:
+def clip_gradients(
+    model: torch.nn.Module, max_norm: float | None, ep: dist.ProcessGroup | None
+) -> float:
     """Scale all gradients so the global norm is at most `max_norm`; returns the norm before."""
     norm = float(grad_norm(model, ep))
     if max_norm is not None and math.isfinite(norm) and norm > max_norm:
@@ -91,24 +96,4 @@ def clip_gradients(model: torch.nn.Module, max_norm: float | None, ep: dist.Proc
     return norm
 
 
-def apply_fsdp(model: torch.nn.Module, dense_mesh: object, expert_mesh: object | None) -> None:
-    """FSDP2: each decoder layer and the model root sharded over `dense_mesh` (flattened
-    dp x cp), each expert stack over `expert_mesh` (expert-dp). Gradients are summed, not
-    averaged (the losses are normalised by the global target count)."""
-    from torch.distributed.fsdp import fully_shard
-
-    from composer_model.layers.moe import RoutedExperts
-
-    for module in model.modules():
-        if isinstance(module, RoutedExperts) and expert_mesh is not None:
-            handle = fully_shard(module, mesh=expert_mesh)  # type: ignore[arg-type]
-            handle.set_gradient_divide_factor(1.0)
-    layers = getattr(model, "layers", [])
-    for layer in layers:
-        fully_shard(layer, mesh=dense_mesh)  # type: ignore[arg-type]
-        layer.set_gradient_divide_factor(1.0)
-    root = fully_shard(model, mesh=dense_mesh)  # type: ignore[arg-type]
-    root.set_gradient_divide_factor(1.0)
-
-
-__all__ = ["apply_fsdp", "clip_gradients", "grad_norm", "sync_gradients"]
+__all__ = ["clip_gradients", "grad_norm", "sync_gradients"]

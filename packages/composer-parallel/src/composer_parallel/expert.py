@@ -107,7 +107,9 @@ class _AllToAllMXFP8(torch.autograd.Function):
 class AllToAllDispatcher:
     """Token dispatch/combine over `torch.distributed.all_to_all_single` on the ep group."""
 
-    def __init__(self, group: dist.ProcessGroup, num_experts: int, quantize: Quantize = "none") -> None:
+    def __init__(
+        self, group: dist.ProcessGroup, num_experts: int, quantize: Quantize = "none"
+    ) -> None:
         if quantize not in ("none", "mxfp8"):
             raise ValueError(f"quantize must be 'none' or 'mxfp8'; got {quantize!r}")
         self.group = group
@@ -173,8 +175,12 @@ class DeepEPDispatcher:  # pragma: no cover - needs CUDA and a DeepEP build; not
             deep_ep.Buffer.get_dispatch_config(self.size),
             deep_ep.Buffer.get_combine_config(self.size),
         ):
-            num_nvl_bytes = max(config.get_nvl_buffer_size_hint(hidden_bytes, self.size), num_nvl_bytes)
-            num_rdma_bytes = max(config.get_rdma_buffer_size_hint(hidden_bytes, self.size), num_rdma_bytes)
+            num_nvl_bytes = max(
+                config.get_nvl_buffer_size_hint(hidden_bytes, self.size), num_nvl_bytes
+            )
+            num_rdma_bytes = max(
+                config.get_rdma_buffer_size_hint(hidden_bytes, self.size), num_rdma_bytes
+            )
         self.buffer = deep_ep.Buffer(group, num_nvl_bytes, num_rdma_bytes)
 
     def dispatch(self, x: torch.Tensor, routing: Routing) -> Dispatched:
@@ -204,8 +210,12 @@ class DeepEPDispatcher:  # pragma: no cover - needs CUDA and a DeepEP build; not
 
 class _DeepEPDispatch(torch.autograd.Function):  # pragma: no cover - CUDA + DeepEP only
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, d: DeepEPDispatcher) -> Any:
-        per_rank, per_rdma, per_expert, in_rank, _ = d.buffer.get_dispatch_layout(idx, d.num_experts)
+    def forward(
+        ctx: Any, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, d: DeepEPDispatcher
+    ) -> Any:
+        per_rank, per_rdma, per_expert, in_rank, _ = d.buffer.get_dispatch_layout(
+            idx, d.num_experts
+        )
         recv_x, recv_idx, recv_w, _, handle, _ = d.buffer.dispatch(
             x,
             topk_idx=idx,
@@ -302,9 +312,16 @@ def apply_expert_parallel(
         local = module.num_experts // size
         first = rank * local
         dispatcher = make_dispatcher(
-            group, module.num_experts, module.w_gate_up.shape[1], module.w_gate_up.device, backend, quantize
+            group,
+            module.num_experts,
+            module.w_gate_up.shape[1],
+            module.w_gate_up.device,
+            backend,
+            quantize,
         )
-        module.w_gate_up = torch.nn.Parameter(module.w_gate_up.detach()[first : first + local].clone())
+        module.w_gate_up = torch.nn.Parameter(
+            module.w_gate_up.detach()[first : first + local].clone()
+        )
         module.w_down = torch.nn.Parameter(module.w_down.detach()[first : first + local].clone())
         module.__class__ = ExpertParallelExperts
         assert isinstance(module, ExpertParallelExperts)
@@ -320,7 +337,9 @@ def is_expert_parameter(name: str) -> bool:
     return len(parts) >= 2 and parts[-2] == "experts" and parts[-1].startswith("w_")
 
 
-def load_all_reduce(group: dist.ProcessGroup | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+def load_all_reduce(
+    group: dist.ProcessGroup | None = None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """The `reduce` for `update_balancing_bias`: per-expert token counts summed over `group`
     (every rank that routed tokens: the whole dp x cp world)."""
 

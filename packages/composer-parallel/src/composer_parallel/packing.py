@@ -43,9 +43,13 @@ def attention_cost_ratio(config: ModelConfig) -> float:
     )
     attn_params = q + kv + heads * config.v_head_dim * hidden
     dense_ffn = 3 * hidden * config.intermediate_size
-    moe_ffn = 3 * hidden * config.moe_intermediate_size * (
-        config.num_experts_per_tok + config.n_shared_experts
-    ) + hidden * config.n_routed_experts
+    moe_ffn = (
+        3
+        * hidden
+        * config.moe_intermediate_size
+        * (config.num_experts_per_tok + config.n_shared_experts)
+        + hidden * config.n_routed_experts
+    )
     layers = config.num_hidden_layers
     moe_layers = config.num_moe_layers
     active = layers * attn_params + (layers - moe_layers) * dense_ffn + moe_layers * moe_ffn

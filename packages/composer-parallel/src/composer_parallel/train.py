@@ -166,7 +166,9 @@ def train_step(
     return StepStats(loss=float(total), grad_norm=norm)
 
 
-def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.1) -> torch.optim.AdamW:
+def build_optimizer(
+    model: torch.nn.Module, lr: float, weight_decay: float = 0.1
+) -> torch.optim.AdamW:
     """AdamW, decay on matrices only: `composer_model.training.build_optimizer`'s rule."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
@@ -224,13 +226,11 @@ def run_training(
     a = attention_cost_ratio(config)
     losses, norms = [], []
     for documents in batches:
-        stats = train_step(
-            model,
-            optimizer,
-            lambda documents=documents: global_batch_loss(model, documents, parallel, a),
-            parallel,
-            grad_clip=grad_clip,
-        )
+
+        def loss(documents: list[list[int]] = documents) -> Objective:
+            return global_batch_loss(model, documents, parallel, a)
+
+        stats = train_step(model, optimizer, loss, parallel, grad_clip=grad_clip)
         losses.append(stats.loss)
         norms.append(stats.grad_norm)
     return {"rank": rank, "losses": losses, "grad_norms": norms}
