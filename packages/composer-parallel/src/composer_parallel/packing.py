@@ -140,10 +140,11 @@ def plan_global_batch(
     """Per DP rank, its micro-batches: balanced compute across ranks, same count on every rank.
 
     Sequences are split over the `dp` ranks by Karmarkar-Karp on a*L + L^2. Each rank's
-    share is then cut into `m` micro-batches, `m` the largest count any rank needs to stay
-    within `max_tokens` tokens a micro-batch (None: one micro-batch), again balanced by
-    Karmarkar-Karp (on tokens), so every rank runs the same number of forward/backward
-    passes (their collectives must line up).
+    share is then cut into `m` micro-batches, `m = max over ranks of ceil(tokens /
+    max_tokens)` (None: one micro-batch), balanced by Karmarkar-Karp on tokens, so every
+    rank runs the same number of forward/backward passes (their collectives must line up).
+    Balanced bins hold about tokens/m each; one may exceed `max_tokens` by less than its
+    largest sequence (a soft limit, not a bin-packing guarantee).
     """
     if any(n < 1 for n in lengths):
         raise ValueError("every sequence must have at least one token")
