@@ -58,7 +58,7 @@ class PluginSession:
         pm: pluggy.PluginManager | None = None,
     ) -> None:
         self.config = dict(config or {})
-        self.settings = PluginSettings.model_validate(self.config.get("plugins") or {})
+        self.settings = self.settings_of(self.config)
         self.pm = pm if pm is not None else build_plugin_manager(self.config)
         self.registry = PluginRegistry(self.pm, run_dir, command=command)
         self.scorer = PluginScorer(
@@ -70,6 +70,11 @@ class PluginSession:
         self._restored = self.registry.restore()
         self.events: list[PluginEvent] = []
         """The plugin events of the last step boundary (restores included on the first)."""
+
+    @staticmethod
+    def settings_of(config: Mapping[str, Any] | None) -> PluginSettings:
+        """The validated ``plugins`` section of `config`."""
+        return PluginSettings.model_validate((config or {}).get("plugins") or {})
 
     @property
     def run_dir(self) -> Path:
