@@ -179,7 +179,9 @@ def run_eval(
         scorer = plugin_scorer(config)
         results, scores = _run_steps(engine, tokenizer, runner_config, tasks, config, scorer)
     else:
-        with PluginSession(config.plugin_config, config.run_dir, command="eval") as session:
+        with PluginSession(
+            config.plugin_config, config.run_dir, command="eval", resume_after_finish=False
+        ) as session:
             results, scores = _run_steps(
                 engine, tokenizer, runner_config, tasks, config, session.scorer, session
             )

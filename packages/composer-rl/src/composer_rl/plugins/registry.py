@@ -90,9 +90,16 @@ class PluginRegistry:
 
     # --- what the job calls --------------------------------------------------------------
 
-    def restore(self) -> list[PluginEvent]:
-        """Replay the run-time changes a previous process of this job made (on resume)."""
+    def restore(self, *, after_finish: bool = True) -> list[PluginEvent]:
+        """Replay the run-time changes a previous process of this job made (on resume).
+
+        :param after_finish: also when the previous process finished normally (a run
+            continued past its old end); ``False`` starts such a directory afresh, as a
+            rerun of an evaluation should. A killed process is always resumed from.
+        """
         previous = read_state(self.dirs.root.parent)
+        if previous is not None and (previous.refusal or (previous.finished and not after_finish)):
+            previous = None
         events: list[PluginEvent] = []
         if previous is not None:
             step = previous.step

@@ -44,6 +44,9 @@ class PluginSession:
     :param run_dir: where ``plugins/`` lives; ``composer-rl plugins --run RUN_DIR``.
     :param command: the job's command name, shown by ``composer-rl plugins list``.
     :param pm: a manager made by :func:`build_plugin_manager` already (default: build one).
+    :param resume_after_finish: replay the run-time changes of a predecessor that finished
+        normally too (an RL run continued past its old end); ``False`` for a command whose
+        rerun starts afresh (evaluation). A killed predecessor's are always replayed.
 
     Construction restores the run-time changes a killed predecessor made in the same run
     directory; their events are returned by the first :meth:`step_boundary`.
@@ -56,6 +59,7 @@ class PluginSession:
         *,
         command: str,
         pm: pluggy.PluginManager | None = None,
+        resume_after_finish: bool = True,
     ) -> None:
         self.config = dict(config or {})
         self.settings = self.settings_of(self.config)
@@ -67,7 +71,7 @@ class PluginSession:
             budget_s=self.settings.hook_budget_s,
             over_budget=self.settings.over_budget,
         )
-        self._restored = self.registry.restore()
+        self._restored = self.registry.restore(after_finish=resume_after_finish)
         self.events: list[PluginEvent] = []
         """The plugin events of the last step boundary (restores included on the first)."""
 
