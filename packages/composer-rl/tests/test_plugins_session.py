@@ -163,3 +163,21 @@ def test_closing_marks_the_job_finished(tmp_path: Path) -> None:
         assert state is not None and not state.finished and state.command == "test"
     state = read_state(tmp_path / "run")
     assert state is not None and state.finished
+
+
+def test_a_kill_between_applying_and_dequeuing_loses_and_repeats_nothing(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    first = _session(run_dir)
+    request = submit(run_dir, "remove", "length")
+    queued = (run_dir / "plugins" / "requests" / f"{request.id}.json").read_text()
+    first.step_boundary(1)
+    # As if killed after the state was written but before the request was dequeued.
+    (run_dir / "plugins" / "requests" / f"{request.id}.json").write_text(queued)
+    state = read_state(run_dir)
+    assert state is not None and state.runtime_removed == ["length"]
+    second = _session(run_dir)
+    assert second.step_boundary(2) == {"plugins/remove/length": 1.0}  # the restore only
+    assert not second.pm.has_plugin("length")
+    assert list((run_dir / "plugins" / "requests").iterdir()) == []

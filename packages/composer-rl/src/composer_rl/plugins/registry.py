@@ -86,6 +86,7 @@ class PluginRegistry:
         self.unavailable: dict[str, str] = {}
         self.disabled: dict[str, str] = {}
         self.step = -1
+        self.last_request = ""
         self._written_at = 0.0
 
     # --- what the job calls --------------------------------------------------------------
@@ -105,6 +106,7 @@ class PluginRegistry:
             step = previous.step
             self.step = step
             self.runtime_removed = list(previous.runtime_removed)
+            self.last_request = previous.last_request
             self.disabled = dict(previous.disabled)
             for name in [*previous.runtime_removed, *previous.disabled]:
                 if self.pm.has_plugin(name):
@@ -121,17 +123,29 @@ class PluginRegistry:
         return events
 
     def step_boundary(self, step: int) -> list[PluginEvent]:
-        """Apply the queued requests; call between two steps, never inside one."""
+        """Apply the queued requests; call between two steps, never inside one.
+
+        The state (with the requests' effects) is written before the requests are answered
+        and dequeued, so a job killed in between loses nothing: on restart the state has
+        the change, and a request at or before ``last_request`` is dequeued, not re-applied.
+        """
         self.step = step
         events = self._retry_unavailable(step)
+        answered: list[ProcessedRequest] = []
         for request in pending(self.dirs.root.parent):
+            if request.id <= self.last_request:  # applied by a process killed before dequeuing
+                (self.dirs.requests / f"{request.id}.json").unlink(missing_ok=True)
+                continue
             event = self._apply(request, step)
             events.append(event)
-            answer = ProcessedRequest(request=request, event=event)
-            write_json_atomic(self.dirs.processed / f"{request.id}.json", answer.model_dump())
-            (self.dirs.requests / f"{request.id}.json").unlink(missing_ok=True)
+            answered.append(ProcessedRequest(request=request, event=event))
+            self.last_request = request.id
         if events or time.monotonic() - self._written_at >= STATE_HEARTBEAT_S:
             self.write_state()
+        for answer in answered:
+            path = self.dirs.processed / f"{answer.request.id}.json"
+            write_json_atomic(path, answer.model_dump())
+            (self.dirs.requests / f"{answer.request.id}.json").unlink(missing_ok=True)
         return events
 
     def record_disabled(self, disabled: dict[str, str]) -> None:
@@ -295,6 +309,7 @@ class PluginRegistry:
             plugins=self.registered(),
             runtime_added=self.runtime_added,
             runtime_removed=self.runtime_removed,
+            last_request=self.last_request,
             unavailable=self.unavailable,
             disabled=self.disabled,
         )

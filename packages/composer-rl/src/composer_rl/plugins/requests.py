@@ -86,6 +86,9 @@ class JobState(BaseModel):
     plugins: list[RegisteredPlugin]
     runtime_added: dict[str, str] = Field(default_factory=dict, description="name -> spec")
     runtime_removed: list[str] = Field(default_factory=list)
+    last_request: str = Field(
+        default="", description="id of the last request applied (ids sort by submission)"
+    )
     unavailable: dict[str, str] = Field(
         default_factory=dict,
         description="run-time plugins that could not load (name -> error); kept, retried",
