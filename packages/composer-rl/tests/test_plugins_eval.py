@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from plugins_support import tiny_checkpoint
 
-from composer_model import ComposerModel, preset, save_pretrained, train_tokenizer
 from composer_rl.agent.episode import RunnerConfig
-from composer_rl.agent.oracle import play_oracle
 from composer_rl.cli import main
 from composer_rl.eval import EvalConfig, run_eval
 from composer_rl.plugins import read_state
@@ -93,16 +91,7 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An untrained two-layer tiny model with a tokenizer: a real checkpoint, made in seconds."""
-    directory = tmp_path_factory.mktemp("ckpt") / "final"
-    tasks = [t for _, t in zip(range(2), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)]
-    texts = [play_oracle(t, grade=False).transcript.text for t in tasks]
-    tokenizer = train_tokenizer(texts * 4, vocab_size=400)
-    torch.manual_seed(0)
-    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
-    save_pretrained(model, directory)
-    tokenizer.save(directory / "tokenizer.json")
-    return directory
+    return tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "final")
 
 
 def _tasks(count: int) -> list[Any]:
