@@ -40,7 +40,21 @@ def job_venv(tmp_path: Path) -> Path:
     # An `import` line in a .pth runs at start-up: addsitedir also reads the project's own
     # .pth files (the workspace's editable installs).
     (site / "project.pth").write_text(f"import site; site.addsitedir({project_site!r})\n")
+    # A plugin that paces the evaluation (the tiny model's steps can take well under the
+    # time the CLI needs to check a spec), loaded from the job's config.
+    (site / "pacer.py").write_text(PACER)
     return location / "bin" / "python"
+
+
+PACER = """
+import time
+from composer_rewards import hookimpl
+
+class Pacer:
+    @hookimpl
+    def composer_reward(self, episode):
+        time.sleep(1.5)
+"""
 
 
 class EvalJob:
@@ -50,9 +64,12 @@ class EvalJob:
         self.run_dir = run_dir
         self.log_path = log
         code = "import sys; from composer_rl.cli import main; sys.exit(main(sys.argv[1:]))"
+        config = run_dir.parent / "config.toml"
+        config.write_text('[plugins]\nplugins = ["pacer:Pacer"]\nblock = ["style"]\n')
         args = [
-            "eval", "--checkpoint", str(checkpoint), "--run-dir", str(run_dir),
-            "--out", str(run_dir.parent / "report.json"), "--per-template", "1",
+            "eval", "--config", str(config), "--checkpoint", str(checkpoint),
+            "--run-dir", str(run_dir),
+            "--out", str(run_dir.parent / "report.json"), "--per-template", "3",
             "--tasks-per-step", "1", "--max-turns", "1", "--max-new-tokens", "8",
             "--batch", "2", "--workers", "1", "--threads", "1",
         ]  # fmt: skip
