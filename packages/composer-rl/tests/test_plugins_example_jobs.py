@@ -64,6 +64,7 @@ class EvalJob:
         self.run_dir = run_dir
         self.log_path = log
         code = "import sys; from composer_rl.cli import main; sys.exit(main(sys.argv[1:]))"
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         config = run_dir.parent / "config.toml"
         config.write_text('[plugins]\nplugins = ["pacer:Pacer"]\nblock = ["style"]\n')
         args = [
