@@ -27,6 +27,8 @@ from composer_rl.cli import main
 
 pytestmark = pytest.mark.slow
 NAME = "tests-touched-late"
+MINE = f"monitor/{NAME}/test_files_touched"  # keyed by plugin name: this instance only
+ENTRY_POINT = "monitor/tests-touched/test_files_touched"  # the installed entry point's
 Record = dict[str, Any]
 
 
@@ -136,9 +138,10 @@ def test_example_added_to_a_running_eval_removed_and_surviving_kill_9(
         records = job.wait_for(lambda r: _event_step(r, "add", NAME) is not None)
         added_at = _event_step(records, "add", NAME)
         assert added_at is not None and added_at >= 1
-        assert all("reward/tests_touched" not in r for r in records if r["step"] < added_at)
+        assert all(MINE not in r for r in records if r["step"] < added_at)
         (at_step,) = [r for r in records if r["step"] == added_at]
-        assert "reward/tests_touched" in at_step  # scored from the step it was added
+        assert MINE in at_step and "reward/tests_touched" in at_step  # from the step it came
+        assert ENTRY_POINT not in at_step  # entry points are read when a job starts
 
         # kill -9, then the same command again: the run-time plugin is restored.
         os.kill(job.process.pid, signal.SIGKILL)
@@ -150,13 +153,15 @@ def test_example_added_to_a_running_eval_removed_and_surviving_kill_9(
         assert [(e["action"], e["name"], e["ok"]) for e in first["plugin_events"]] == [
             ("add", NAME, True)
         ]
-        assert "reward/tests_touched" in first
+        assert MINE in first
+        assert ENTRY_POINT in first  # the restarted job also found the installed entry point
 
         assert main(["plugins", "remove", "--run", run, NAME, "--wait", "600"]) == 0
         records = job.wait_for(lambda r: _event_step(r, "remove", NAME) is not None)
         removed_at = _event_step(records, "remove", NAME)
         assert removed_at is not None
-        assert all("reward/tests_touched" not in r for r in records if r["step"] >= removed_at)
+        assert all(MINE not in r for r in records if r["step"] >= removed_at)
+        assert all(ENTRY_POINT in r for r in records)  # removing one instance left the other
         job.process.wait(timeout=600)
         assert job.process.returncode == 0, job.output()
         state = json.loads((run_dir / "plugins" / "state.json").read_text())
