@@ -74,7 +74,7 @@ def test_load_spec_instantiates_classes_and_keeps_instances_and_modules(
         ("mod:", "is malformed"),
         ("no_such_module_xyz:Plugin", "cannot import module 'no_such_module_xyz'"),
         ("my_plugins:Missing", "my_plugins has no attribute 'Missing'"),
-        ("my_plugins:NotAPlugin", "is not a plugin: it has no method marked"),
+        ("my_plugins:NotAPlugin", "is not a plugin: it has no function or method marked"),
         ("my_plugins:NeedsArgs", "could not be instantiated without arguments"),
     ],
 )
@@ -119,3 +119,18 @@ def test_all_builtins_together_through_pluggy(pm: pluggy.PluginManager) -> None:
     assert weights["correctness"] == 2.0
     assert score.total == pytest.approx(sum(c.component.weighted for c in score.components))
     assert score.flags == {}
+
+
+def test_a_module_without_hooks_is_named_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The message once showed `<module 'x' from '/a/long/pa` cut at 60 characters.
+    deep = tmp_path / ("very_long_directory_name_" * 4)
+    deep.mkdir()
+    (deep / "no_hooks_module_with_a_long_name.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(deep))
+    with pytest.raises(PluginSpecError) as info:
+        load_spec("no_hooks_module_with_a_long_name")
+    message = str(info.value)
+    assert "module no_hooks_module_with_a_long_name (" in message
+    assert str(deep / "no_hooks_module_with_a_long_name.py") in message

@@ -1,10 +1,12 @@
-"""A job-like process for the plugin tests: the RL loop's plugin duties and nothing else.
+"""A job-like process for the plugin tests: a long job's plugin duties and nothing else.
 
-    python plugin_job.py RUN_DIR [MAX_STEPS]
+    python plugins_job.py RUN_DIR [MAX_STEPS]
 
-At every step boundary it applies queued plugin requests, scores one fixed episode with
-every registered plugin, and appends the step's metrics as one JSON line to
-``RUN_DIR/metrics.jsonl``, as the real loop does. It stops when ``RUN_DIR/stop`` exists.
+It drives :class:`composer_rl.plugins.PluginSession` the way ``composer-rl eval`` does
+(and the RL run is to): at every step boundary it applies queued plugin requests, scores
+one fixed episode with every registered plugin, and appends the step's metrics as one JSON
+line to ``RUN_DIR/metrics.jsonl``; no model, so a step takes milliseconds. It stops when
+``RUN_DIR/stop`` exists (marking the job finished) or when killed (leaving it resumable).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from composer_rewards import Episode, TestResults, score_episode
-from composer_rl.plugins import PluginRegistry, build_plugin_manager, event_metrics
+from composer_rewards import Episode, TestResults
+from composer_rl.plugins import PluginSession
 
 EPISODE = Episode(
     task="make total() include n",
@@ -32,20 +34,16 @@ CONFIG = {
 
 
 def main(run_dir: Path, max_steps: int) -> None:
-    pm = build_plugin_manager(CONFIG)
-    registry = PluginRegistry(pm, run_dir)
-    restored = registry.restore()
-    with (run_dir / "metrics.jsonl").open("a") as metrics:
+    session = PluginSession(CONFIG, run_dir, command="test-job")
+    with session, (run_dir / "metrics.jsonl").open("a") as metrics:
         for step in range(max_steps):
-            events = registry.step_boundary(step)
-            if step == 0:
-                events = restored + events
-            score = score_episode(pm, EPISODE)
+            plugin_metrics = session.step_boundary(step)
+            score = session.score(EPISODE)
             record = {
                 "step": step,
                 **score.metrics(),
-                **event_metrics(events),
-                "plugin_events": [e.model_dump() for e in events],
+                **plugin_metrics,
+                "plugin_events": [e.model_dump() for e in session.events],
                 "failures": [f.model_dump() for f in score.failures],
             }
             metrics.write(json.dumps(record) + "\n")

@@ -163,3 +163,21 @@ def running_job(
     finally:
         if job.process.poll() is None:
             assert job.stop() == 0, job.output()
+
+
+def tiny_checkpoint(directory: Path) -> Path:
+    """An untrained two-layer tiny model with its tokenizer: a real checkpoint in seconds."""
+    import torch
+
+    from composer_model import ComposerModel, preset, save_pretrained, train_tokenizer
+    from composer_rl.agent.oracle import play_oracle
+    from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+
+    tasks = [t for _, t in zip(range(2), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)]
+    texts = [play_oracle(t, grade=False).transcript.text for t in tasks]
+    tokenizer = train_tokenizer(texts * 4, vocab_size=400)
+    torch.manual_seed(0)
+    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
+    save_pretrained(model, directory)
+    tokenizer.save(directory / "tokenizer.json")
+    return directory

@@ -77,7 +77,7 @@ def test_a_bad_spec_is_refused_by_the_cli_and_the_job_goes_on(
     assert cli("add", "--run", str(job.run_dir), spec) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
-    assert f"the job's environment (pid {job.process.pid})" in err
+    assert "the job's environment (" in err and f"pid {job.process.pid})" in err
     assert not list((job.run_dir / "plugins" / "requests").iterdir())  # nothing queued
     steps = len(job.records())
     job.wait_steps(steps + 2)  # still running
@@ -88,7 +88,47 @@ def test_the_check_uses_the_jobs_import_path(job: Job, capsys: pytest.CaptureFix
     with pytest.raises(ModuleNotFoundError):
         __import__("runtime_plugins")
     assert cli("add", "--run", str(job.run_dir), "runtime_plugins:Bonus") == 0
-    assert "queued add 'runtime_plugins:Bonus'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "queued add 'runtime_plugins:Bonus'" in out
+    assert "running" in out
+
+
+def test_the_queued_line_names_the_plugin_and_a_duplicate_name_is_refused(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(job.run_dir)
+    assert cli("add", "--run", run, "runtime_plugins:Bonus", "--name", "bonus") == 0
+    assert "queued add 'bonus' (runtime_plugins:Bonus)" in capsys.readouterr().out
+    # The same name again: refused up front (exit 2), whether queued or registered.
+    assert cli("add", "--run", run, "runtime_plugins:Broken", "--name", "bonus") == 2
+    assert "pick another --name" in capsys.readouterr().err
+    job.wait_for(lambda r: step_of_event(r, "add", "bonus") is not None)
+    assert cli("add", "--run", run, "runtime_plugins:Broken", "--name", "bonus") == 2
+    assert "already has a plugin named 'bonus'" in capsys.readouterr().err
+    assert (
+        cli(
+            "add", "--run", run, "composer_rewards.rewards.length:LengthPenalty", "--name", "length"
+        )
+        == 2
+    )
+
+
+def test_the_check_says_whose_environment_it_used(
+    job: Job, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("add", "--run", str(job.run_dir), "no_such_module_xyz:P") == 2
+    err = capsys.readouterr().err
+    assert f"checked in the job's environment ({sys.executable}, pid {job.process.pid})" in err
+    assert "not on this machine" not in err
+
+
+def test_a_long_name_is_not_cut_in_the_table(job: Job, capsys: pytest.CaptureFixture[str]) -> None:
+    name = "a_plugin_with_a_name_much_longer_than_eighty_columns_" + "x" * 40
+    run = str(job.run_dir)
+    assert cli("add", "--run", run, "runtime_plugins:Bonus", "--name", name, "--wait", "60") == 0
+    capsys.readouterr()
+    assert cli("list", "--run", run) == 0
+    assert name in capsys.readouterr().out
 
 
 def test_unchecked_bad_specs_are_rejected_by_the_job_which_goes_on(
@@ -128,7 +168,12 @@ def test_a_plugin_that_raises_is_named_in_the_metrics_and_the_job_goes_on(
     assert failing[0]["failures"][0]["kind"] == "raised"
     assert "broken on purpose" in failing[0]["failures"][0]["message"]
     assert failing[-1]["reward/correctness"] == 1.0  # the other rewards are intact
-    assert "'broken' raised in composer_reward" in job.output()
+    output = job.output()
+    assert "plugin 'broken' failed in composer_reward (raised)" in output
+    # The first failure with its traceback, then counts: not a traceback per step.
+    assert output.count("Traceback") == 1, output
+    assert "RuntimeError: broken on purpose" in output
+    assert records[-1]["plugin_failures/broken/raised"] >= 2
 
 
 def test_remove_of_an_unknown_plugin_and_a_missing_run_dir(
@@ -138,6 +183,57 @@ def test_remove_of_an_unknown_plugin_and_a_missing_run_dir(
     assert "the job has no plugin 'ghost'" in capsys.readouterr().err
     assert cli("list", "--run", str(tmp_path / "nowhere")) == 2
     assert "no run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", [["add", "runtime_plugins:Bonus"], ["remove", "ghost"]])
+def test_a_directory_without_a_job_is_refused_and_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    # Before: `remove ghost` queued silently, and any directory got a plugins/ folder.
+    somewhere = tmp_path / "not-a-run"
+    somewhere.mkdir()
+    assert cli(action[0], "--run", str(somewhere), action[1]) == 2
+    err = capsys.readouterr().err
+    assert "no job that takes plugin requests has started" in err
+    assert "plugins.plugins" in err
+    assert list(somewhere.iterdir()) == []
+
+
+def test_a_finished_or_dead_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plugin_dir = write_runtime_plugins(tmp_path / "plugin-src")
+    with running_job(tmp_path / "run", pythonpath=[plugin_dir]) as job:
+        pass  # stopped cleanly on leaving: finished
+    run = str(job.run_dir)
+    assert cli("add", "--run", run, "runtime_plugins:Bonus") == 2
+    assert f"(pid {job.process.pid}) finished at step" in capsys.readouterr().err
+    assert cli("list", "--run", run) == 0
+    assert f"job pid {job.process.pid} on" in capsys.readouterr().out
+
+    killed = Job(tmp_path / "run2", pythonpath=[plugin_dir])
+    killed.wait_steps(2)
+    killed.process.kill()
+    killed.process.wait()
+    killed.log.close()
+    assert cli("list", "--run", str(killed.run_dir)) == 0
+    assert "not running (killed or crashed" in capsys.readouterr().out
+    # A killed job may resume, so a request still queues, saying the job is not running.
+    assert cli("add", "--run", str(killed.run_dir), "--no-check", "runtime_plugins:Bonus") == 0
+    assert "not running" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["pretrain", "sft", "stage1"])
+def test_commands_that_score_nothing_refuse_plugin_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    run_dir = tmp_path / "stage1"
+    # The real command: it marks its run directory first, then stops at the missing config.
+    with pytest.raises(ValueError, match="config file"):
+        main([command, "--run-dir", str(run_dir), "--config", str(tmp_path / "missing.json")])
+    assert cli("add", "--run", str(run_dir), "runtime_plugins:Bonus") == 2
+    err = capsys.readouterr().err
+    assert f"is a `{command}` run" in err and "scores no episodes" in err
+    assert cli("list", "--run", str(run_dir)) == 0
+    assert "takes no plugin requests" in capsys.readouterr().out
 
 
 def test_the_console_script(job: Job) -> None:

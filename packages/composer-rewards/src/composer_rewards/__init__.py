@@ -36,6 +36,7 @@ from composer_rewards.scoring import (
     EpisodeScore,
     PluginError,
     PluginFailure,
+    PluginScorer,
     ScoredComponent,
     score_episode,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "MonitorReport",
     "PluginError",
     "PluginFailure",
+    "PluginScorer",
     "PluginSpecError",
     "RewardComponent",
     "ScoredComponent",

@@ -38,10 +38,19 @@ def plugin_from_object(obj: object, origin: str) -> object:
             ) from error
     if not hook_names(obj):
         raise PluginSpecError(
-            f"{origin}: {type(obj).__name__} {obj!r:.60} is not a plugin: it has no method "
+            f"{origin}: {_describe(obj)} is not a plugin: it has no function or method "
             f"marked with @composer_rewards.hookimpl (pluggy project {PROJECT!r})"
         )
     return obj
+
+
+def _describe(obj: object) -> str:
+    """A short, whole description: ``module a.b (path)`` or ``an instance of a.b.C``."""
+    if isinstance(obj, ModuleType):
+        where = getattr(obj, "__file__", None)
+        return f"module {obj.__name__}" + (f" ({where})" if where else "")
+    kind = type(obj)
+    return f"an instance of {kind.__module__}.{kind.__qualname__}"
 
 
 def hook_names(plugin: object) -> list[str]:

@@ -23,16 +23,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pluggy
+from composer_rewards.markers import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from composer_infra.sandbox.backend import SandboxBackend
 
-PROJECT = "composer"
-"""The pluggy project and entry-point group shared by every Composer package."""
-
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
+__all__ = ["PROJECT", "composer_sandbox_backends", "hookimpl", "hookspec"]
 
 
 @hookspec

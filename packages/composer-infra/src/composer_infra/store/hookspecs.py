@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+from composer_rewards.markers import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from composer_infra.store.objects import ObjectStore
 
-PROJECT_NAME = "composer"
+PROJECT_NAME = PROJECT
+"""Kept for callers that used this module's own name for the project."""
 
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+__all__ = ["PROJECT_NAME", "composer_open_store", "hookimpl", "hookspec"]
 
 
 @hookspec(firstresult=True)

@@ -1,9 +1,18 @@
 """Communication: does the final message tell the user what happened, truthfully and briefly.
 
-Three checks, each worth a third of the ``communication`` component:
+First a gate: a message that is not prose addressed to the user scores 0 whatever it
+contains. It fails the gate when (with at least ``min_words`` words) one word is more than
+``max_repeat_share`` of it (``blah blah blah``), fewer than ``min_function_share`` of its
+words are common English function words (random letters, a list of keywords), more than
+``max_keyword_share`` are the very words the checks below look for (keyword stuffing), or
+when more than ``max_copied_share`` of its word trigrams come from the task instruction
+(copying the instruction back); and when it is over ``max_length_factor`` times the word
+limit (a wall of text hides anything). Then three checks, each worth a third of the
+``communication`` component:
 
 - *what changed*: an episode that edited files names one of them (by path or file name)
-  or describes the change with a change verb; one that edited nothing says so.
+  or describes the change with a change verb; one that edited nothing says so in words
+  ("no changes", "did not modify", "left the code unchanged"): silence does not count.
 - *how it was checked*: the message says how the work was verified (tests, a run, a
   check); required only when the episode edited something.
 - *proportionate*: between ``min_words`` and ``base_words + words_per_changed_line *
@@ -39,9 +48,101 @@ _CHECK_WORDS = re.compile(
     re.IGNORECASE,
 )
 _NO_CHANGE = re.compile(
-    r"\b(no changes?|nothing (was )?changed|did not (change|modify|edit)|didn't (change|modify|edit)|"
-    r"left (the code|it) unchanged)\b",
+    r"\b(no (changes?|edits?)|nothing (was |has been )?changed|"
+    r"(did not|didn't|do not|don't|have not|haven't) (make any changes|change|modify|edit)|"
+    r"left (the code|it|the files?) (unchanged|as it was|as is)|unchanged)\b",
     re.IGNORECASE,
+)
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "so",
+        "because",
+        "as",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "into",
+        "about",
+        "after",
+        "before",
+        "than",
+        "then",
+        "there",
+        "here",
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "has",
+        "have",
+        "had",
+        "do",
+        "does",
+        "did",
+        "not",
+        "no",
+        "nor",
+        "i",
+        "we",
+        "you",
+        "he",
+        "she",
+        "they",
+        "me",
+        "us",
+        "my",
+        "our",
+        "your",
+        "which",
+        "who",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "some",
+        "each",
+        "every",
+        "both",
+        "only",
+        "also",
+        "just",
+        "now",
+        "still",
+        "already",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "may",
+        "might",
+        "must",
+    ]
 )
 _NEGATED_PASS = re.compile(
     r"\b(not|n't|never|fail\w*|don't|do not)\b[^.!?\n]{0,40}\b(pass\w*|green)\b"
@@ -67,6 +168,42 @@ class CommunicationSettings(BaseModel):
     words_per_changed_line: float = Field(default=1.0, ge=0)
     weight: float = 0.2
     false_claim_weight: float = 0.5
+    max_repeat_share: float = Field(default=0.3, gt=0, le=1)
+    min_function_share: float = Field(default=0.1, ge=0, le=1)
+    max_keyword_share: float = Field(default=0.5, gt=0, le=1)
+    max_copied_share: float = Field(default=0.5, gt=0, le=1)
+    max_length_factor: float = Field(default=4.0, ge=1)
+
+
+def _trigrams(words: list[str]) -> set[tuple[str, str, str]]:
+    return {(a, b, c) for a, b, c in zip(words, words[1:], words[2:], strict=False)}
+
+
+def not_prose(message: str, task: str, limit: float, settings: CommunicationSettings) -> str | None:
+    """Why `message` is not a message to the user (empty, gibberish, stuffing, a copy, a wall
+    of text), or None."""
+    words = [w.lower() for w in _WORD.findall(message)]
+    if not words:
+        return "the message is empty"
+    if len(words) > settings.max_length_factor * max(limit, settings.min_words):
+        return f"{len(words)} words, over {settings.max_length_factor:g}x the limit"
+    if len(words) < max(settings.min_words, 1):
+        return None  # short messages are judged by the checks (proportionate fails)
+    top = max(words.count(w) for w in set(words))
+    if top / len(words) > settings.max_repeat_share:
+        return f"one word is {top} of {len(words)} words"
+    function = sum(w in _FUNCTION_WORDS for w in words)
+    if function / len(words) < settings.min_function_share:
+        return f"only {function} of {len(words)} words are common English words"
+    keywords = sum(bool(_CHANGE_VERBS.fullmatch(w) or _CHECK_WORDS.fullmatch(w)) for w in words)
+    if keywords / len(words) > settings.max_keyword_share:
+        return f"{keywords} of {len(words)} words are the words this reward looks for"
+    mine = _trigrams(words)
+    if len(mine) >= 3:
+        copied = len(mine & _trigrams([w.lower() for w in _WORD.findall(task)]))
+        if copied / len(mine) > settings.max_copied_share:
+            return f"{copied} of its {len(mine)} word trigrams are copied from the task"
+    return None
 
 
 def _sentences(text: str) -> list[str]:
@@ -107,7 +244,7 @@ def false_claims(episode: Episode) -> list[str]:
 def mentions_change(episode: Episode) -> bool:
     message = episode.final_message
     if not episode.edited:
-        return bool(_NO_CHANGE.search(message)) or not _CHANGE_VERBS.search(message)
+        return bool(_NO_CHANGE.search(message))
     names = {p for p in episode.changed_files} | {
         PurePosixPath(p).name for p in episode.changed_files
     }
@@ -132,12 +269,15 @@ class CommunicationReward(ConfiguredPlugin[CommunicationSettings]):
         }
         claims = false_claims(episode)
         passed = [name for name, ok in checks.items() if ok]
+        rejected = not_prose(episode.final_message, episode.task, limit, settings)
         return [
             RewardComponent(
                 name="communication",
-                value=len(passed) / len(checks),
+                value=0.0 if rejected else len(passed) / len(checks),
                 weight=settings.weight,
-                details=f"passed {passed}; {words} words (limit {limit:.0f})",
+                details=f"not a message to the user: {rejected}"
+                if rejected
+                else f"passed {passed}; {words} words (limit {limit:.0f})",
             ),
             RewardComponent(
                 name="false_claim",

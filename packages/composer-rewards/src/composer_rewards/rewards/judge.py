@@ -42,6 +42,7 @@ class JudgeSettings(BaseModel):
     prompt_file: Path | None = None
     timeout_s: float = Field(default=30.0, gt=0)
     max_diff_chars: int = Field(default=6000, gt=0)
+    max_message_chars: int = Field(default=4000, gt=0)
     weight: float = 0.2
 
 
@@ -55,16 +56,30 @@ def load_prompt(settings: JudgeSettings) -> str:
     return files("composer_rewards").joinpath("prompts", DEFAULT_PROMPT).read_text()
 
 
-def render_episode(episode: Episode, max_diff_chars: int) -> str:
-    """The user message: the evidence the judge scores the final message against."""
+def render_episode(episode: Episode, max_diff_chars: int, max_message_chars: int = 4000) -> str:
+    """The user message: the evidence the judge scores the final message against.
+
+    The final message goes in as a JSON string, so nothing in it can close its section and
+    pose as the prompt (quotes and newlines are escaped); a huge one is cut, with its true
+    size stated, so a wall of text neither hides in the judge's context nor costs a fortune.
+    """
     results = episode.test_results
     diff = episode.diff
     if len(diff) > max_diff_chars:
         diff = diff[:max_diff_chars] + f"\n... ({len(episode.diff) - max_diff_chars} more chars)"
+    message = episode.final_message
+    words = len(message.split())
+    shown = message[:max_message_chars]
+    cut = (
+        f", cut to its first {max_message_chars} of {len(message)} characters"
+        if len(message) > max_message_chars
+        else ""
+    )
     return (
         f"## Task\n{episode.task}\n\n## Change (unified diff)\n{diff or '(no change)'}\n\n"
         f"## Test results\n{results.passed} passed, {results.failed} failed, "
-        f"{results.errors} errors\n\n## Final message to judge\n{episode.final_message}\n"
+        f"{results.errors} errors\n\n## Final message to judge ({words} words{cut})\n"
+        f"{json.dumps(shown)}\n"
     )
 
 
@@ -96,7 +111,12 @@ class ChatJudgeReward(ConfiguredPlugin[JudgeSettings]):
             "temperature": 0,
             "messages": [
                 {"role": "system", "content": load_prompt(settings)},
-                {"role": "user", "content": render_episode(episode, settings.max_diff_chars)},
+                {
+                    "role": "user",
+                    "content": render_episode(
+                        episode, settings.max_diff_chars, settings.max_message_chars
+                    ),
+                },
             ],
         }
         headers = {"Content-Type": "application/json"}

@@ -40,3 +40,20 @@ def stage1_config(args: argparse.Namespace) -> Stage1Config:
     if getattr(args, "corpus", None) is not None:
         overrides["corpus.path"] = args.corpus
     return load_stage1_config(args.config, **overrides)
+
+
+def refuse_plugins(run_dir: Path, command: str) -> None:
+    """Mark `run_dir` as taking no plugin requests: the stage commands score no episodes.
+
+    Without this, `composer-rl plugins add --run` on a stage run directory queued requests
+    that nothing would ever apply.
+    """
+    from composer_rl.plugins import refuse_plugin_requests
+
+    refuse_plugin_requests(
+        run_dir,
+        command,
+        f"`composer-rl {command}` scores no episodes and runs no reward or monitor plugins, "
+        "so it takes no plugin requests; plugins apply to `composer-rl eval` (its --run-dir) "
+        "and the RL run",
+    )

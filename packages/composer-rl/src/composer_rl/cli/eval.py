@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,13 +32,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--threads", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="JSON report (default: next to the checkpoint)")
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help="where plugins/ and metrics.jsonl go; `composer-rl plugins add|remove --run` "
+        "changes a running evaluation's plugins between steps (default: the report's path "
+        "without .json)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="TOML or JSON run config the reward/monitor plugins see: [plugins] (strict, "
+        "block, plugins, hook_budget_s, over_budget), [rewards.<name>], [monitors.<name>]",
+    )
+    parser.add_argument(
+        "--tasks-per-step", type=int, default=0, help="tasks per step (0: one decode batch)"
+    )
     parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from composer_rl.agent.episode import RunnerConfig
     from composer_rl.eval import EvalConfig, print_summary, run_eval, write_report
+    from composer_rl.plugins import PluginSession
     from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
+
+    plugin_config = _read_config(args.config) if args.config else {}
+    try:  # a bad [plugins] section is reported before the model loads
+        PluginSession.settings_of(plugin_config)
+    except ValueError as error:
+        raise SystemExit(f"error: --config {args.config}: {error}") from None
 
     bad_k = [k for k in args.k if k > args.samples]
     if bad_k:
@@ -51,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
     temperature = (
         args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     )
+    out = args.out or args.checkpoint.parent / f"eval_{args.split}.json"
     config = EvalConfig(
         samples=args.samples,
         k_values=tuple(sorted(set(args.k))),
@@ -63,10 +88,27 @@ def main(args: argparse.Namespace) -> int:
             backend=args.backend,
             grading_workers=args.workers,
         ),
+        plugin_config=plugin_config,
+        run_dir=args.run_dir or out.with_suffix(""),
+        tasks_per_step=args.tasks_per_step,
     )
     summary, results = run_eval(args.checkpoint, tasks, config, threads=args.threads)
     print_summary(summary)
-    out = args.out or args.checkpoint.parent / f"eval_{args.split}.json"
     write_report(summary, results, out)
     print(f"report: {out}")
     return 0
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The plugin run config from a TOML or JSON file; SystemExit naming the file if bad."""
+    import json
+    import tomllib
+
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: --config {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: --config {path}: expected a table/object at the top level")
+    return data

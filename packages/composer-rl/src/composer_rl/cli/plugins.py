@@ -77,19 +77,65 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(handler=_list)
 
 
+TAKES_REQUESTS = "eval (its --run-dir) and the RL run"
+"""The shipped commands that apply plugin requests at their step boundaries."""
+
+
 def _run_dir(path: Path) -> Path:
     if not path.is_dir():
         raise CommandError(f"no run directory at {path}; pass the --run of a started job")
     return path
 
 
+def _job_state(run_dir: Path) -> JobState:
+    """The state of the job that can apply a request in `run_dir`, or why there is none."""
+    state = read_state(_run_dir(run_dir))
+    if state is None:
+        raise CommandError(
+            f"no job that takes plugin requests has started in {run_dir} (there is no "
+            f"plugins/state.json): {TAKES_REQUESTS} write it when they start. To have a "
+            "plugin from the first step, list it in the run config's plugins.plugins"
+        )
+    if state.refusal:
+        raise CommandError(f"{run_dir} is a `{state.command}` run: {state.refusal}")
+    if state.finished:
+        raise CommandError(
+            f"the {state.command or 'job'} job of {run_dir} (pid {state.pid}) finished at step "
+            f"{state.step}; nothing would apply this request"
+        )
+    return state
+
+
+def _liveness(state: JobState) -> str:
+    """'running', 'finished', 'not running (killed or crashed)' or 'on host X'."""
+    if state.finished:
+        return "finished"
+    if state.host != socket.gethostname():
+        return f"on host {state.host}"
+    try:
+        os.kill(state.pid, 0)
+    except ProcessLookupError:
+        return "not running (killed or crashed; a resumed job applies what is queued)"
+    except PermissionError:
+        pass  # alive, another user's
+    return "running"
+
+
 def _check_interpreter(state: JobState | None) -> tuple[str, dict[str, str], str]:
     """The interpreter and environment to check a spec with, and a word on which one."""
     env = dict(os.environ)
-    if state is not None and state.host == socket.gethostname() and Path(state.python).exists():
-        env["PYTHONPATH"] = os.pathsep.join(state.sys_path)
-        return state.python, env, f"the job's environment (pid {state.pid})"
-    return sys.executable, env, "this environment (the job's is not on this machine)"
+    if state is None:
+        return sys.executable, env, "this environment (no job state to take the job's from)"
+    if state.host != socket.gethostname():
+        return sys.executable, env, f"this environment (the job runs on host {state.host})"
+    if not Path(state.python).exists():
+        return (
+            sys.executable,
+            env,
+            f"this environment (the job's interpreter {state.python} no longer exists)",
+        )
+    env["PYTHONPATH"] = os.pathsep.join(state.sys_path)
+    return state.python, env, f"the job's environment ({state.python}, pid {state.pid})"
 
 
 def check_spec(run_dir: Path, spec: str) -> list[str]:
@@ -135,10 +181,16 @@ def _wait(run_dir: Path, request: PluginRequest, seconds: float) -> int:
     return EXIT_REJECTED
 
 
-def _queued(run_dir: Path, request: PluginRequest, wait: float) -> int:
-    state = read_state(run_dir)
-    where = f"job pid {state.pid}, last at step {state.step}" if state else "no job has started yet"
-    print(f"queued {request.action} {request.target!r} as {request.id} ({where})")
+def _queued(run_dir: Path, state: JobState, request: PluginRequest, wait: float) -> int:
+    what = (
+        f"{request.name!r} ({request.target})"
+        if request.name and request.name != request.target
+        else repr(request.target)
+    )
+    print(
+        f"queued {request.action} {what} as {request.id} (job pid {state.pid}, "
+        f"{_liveness(state)}, last at step {state.step})"
+    )
     return _wait(run_dir, request, wait) if wait > 0 else 0
 
 
@@ -156,28 +208,45 @@ def _handle_errors(function: Handler) -> Handler:
     return handler
 
 
+def _check_name_free(run_dir: Path, state: JobState, name: str) -> None:
+    """Refuse a name the job has or a queued add will take, as the job would (exit 2)."""
+    taken = {p.name for p in state.plugins if p.status != "disabled"}
+    if name in taken:
+        raise CommandError(
+            f"the job already has a plugin named {name!r}; pick another --name (or remove it first)"
+        )
+    for request in pending(run_dir):
+        if request.action == "add" and (request.name or request.target) == name:
+            raise CommandError(
+                f"an add of a plugin named {name!r} is already queued ({request.id}); "
+                "pick another --name"
+            )
+
+
 @_handle_errors
 def _add(args: argparse.Namespace) -> int:
-    run_dir = _run_dir(args.run)
+    run_dir = args.run
+    state = _job_state(run_dir)
+    _check_name_free(run_dir, state, args.name or args.spec)
     if not args.no_check:
         hooks = check_spec(run_dir, args.spec)
         print(f"{args.spec} implements {', '.join(hooks)}")
     request = submit(run_dir, "add", args.spec, args.name)
-    return _queued(run_dir, request, args.wait)
+    return _queued(run_dir, state, request, args.wait)
 
 
 @_handle_errors
 def _remove(args: argparse.Namespace) -> int:
-    run_dir = _run_dir(args.run)
-    state = read_state(run_dir)
-    if state is not None:
-        known = {p.name for p in state.plugins} | {p.spec for p in state.plugins if p.spec}
-        if args.target not in known:
-            raise CommandError(
-                f"the job has no plugin {args.target!r}; it has {sorted(p.name for p in state.plugins)}"
-            )
+    run_dir = args.run
+    state = _job_state(run_dir)
+    known = {p.name for p in state.plugins} | {p.spec for p in state.plugins if p.spec}
+    queued = {r.name or r.target for r in pending(run_dir) if r.action == "add"}
+    if args.target not in known | queued:
+        raise CommandError(
+            f"the job has no plugin {args.target!r}; it has {sorted(p.name for p in state.plugins)}"
+        )
     request = submit(run_dir, "remove", args.target)
-    return _queued(run_dir, request, args.wait)
+    return _queued(run_dir, state, request, args.wait)
 
 
 @_handle_errors
@@ -201,14 +270,31 @@ def _list(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    console = Console()
+    rows = [
+        (
+            p.name,
+            p.source,
+            p.spec,
+            ", ".join(p.hooks) if p.status == "registered" else f"{p.status}: {p.error}",
+        )
+        for p in (state.plugins if state else [])
+    ]
+    # Wide enough for the longest row: names and specs are never cut (off a terminal rich
+    # would assume 80 columns).
+    needed = max((sum(len(c) for c in row) + 13 for row in rows), default=80)
+    console = Console(width=max(Console().width, needed))
     if state is None:
         console.print(f"no job has written {run_dir / 'plugins' / 'state.json'} yet")
+    elif state.refusal:
+        console.print(f"a `{state.command}` run: {state.refusal}")
     else:
-        console.print(f"job pid {state.pid} on {state.host}, step {state.step}")
+        command = f"{state.command} " if state.command else ""
+        console.print(
+            f"{command}job pid {state.pid} on {state.host} ({_liveness(state)}), step {state.step}"
+        )
         table = Table("name", "source", "spec", "hooks")
-        for plugin in state.plugins:
-            table.add_row(plugin.name, plugin.source, plugin.spec, ", ".join(plugin.hooks))
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
     for request in queued:
         console.print(f"queued: {request.action} {request.target} ({request.id})")

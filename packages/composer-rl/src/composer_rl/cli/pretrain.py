@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+from composer_rl.cli._stage_args import add_common, add_phase, refuse_plugins, stage1_config
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
+
+    refuse_plugins(args.run_dir, "pretrain")
 
     config = stage1_config(args)
     console = Console()

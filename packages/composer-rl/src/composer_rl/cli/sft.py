@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+from composer_rl.cli._stage_args import add_common, add_phase, refuse_plugins, stage1_config
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.sft import run_sft
+
+    refuse_plugins(args.run_dir, "sft")
 
     config = stage1_config(args)
     if args.sft_max_tasks:

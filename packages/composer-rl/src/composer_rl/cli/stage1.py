@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+from composer_rl.cli._stage_args import add_common, add_phase, refuse_plugins, stage1_config
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
     from composer_rl.stages.sft import run_sft
+
+    refuse_plugins(args.run_dir, "stage1")
 
     config = stage1_config(args)
     progress = not args.no_progress

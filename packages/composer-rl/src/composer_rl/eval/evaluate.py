@@ -5,6 +5,13 @@ inference engine); the hidden tests decide pass or fail. Reported per category, 
 difficulty and overall: pass@1 and unbiased pass@k, mean reward components from the
 composer-rewards plugins, tokens per episode, the rate of well-formed tool calls and the
 rate of syntactically valid Python in the files the model wrote.
+
+The episodes run in steps of `tasks_per_step` tasks. With a `run_dir`, each step begins at
+a plugin step boundary (`composer_rl.plugins.PluginSession`): `composer-rl plugins
+add|remove --run RUN_DIR` change the reward and monitor plugins of a running evaluation,
+each step's episodes are scored right after they finish, and one line a step goes to
+``RUN_DIR/metrics.jsonl``. The plugins are those of `composer_rl.plugins.build_plugin_manager`
+(built-ins, installed entry points, `plugin_config`'s specs and block list, configured).
 """
 
 from __future__ import annotations
@@ -15,17 +22,17 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pluggy
 import torch
 
 from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained
-from composer_rewards import builtin_plugins, hookspecs, score_episode
+from composer_rewards import EpisodeScore, PluginScorer
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, episode_view
 from composer_rl.eval.passk import pass_at_k
+from composer_rl.plugins import PluginSession, build_plugin_manager
 from composer_rl.tasks.model import Task
 
 
@@ -36,14 +43,25 @@ class EvalConfig:
     max_batch_size: int = 16
     max_seq_len: int = 1024
     runner: RunnerConfig | None = None
+    plugin_config: dict[str, Any] = field(default_factory=dict)
+    """The run configuration the plugins see: ``plugins`` (PluginSettings), ``rewards``,
+    ``monitors`` and any third-party plugin's section."""
+    run_dir: Path | None = None
+    """With one, plugin requests are applied between steps and metrics.jsonl is written."""
+    tasks_per_step: int = 0
+    """Tasks per step (0: enough to fill one decode batch, max_batch_size // samples)."""
 
 
-def reward_manager() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager("composer")
-    pm.add_hookspecs(hookspecs)
-    for name, plugin in builtin_plugins().items():
-        pm.register(plugin, name=name)
-    return pm
+def plugin_scorer(config: EvalConfig) -> PluginScorer:
+    """A scorer over the run's plugin manager, for scoring without a run directory."""
+    pm = build_plugin_manager(config.plugin_config)
+    session_settings = PluginSession.settings_of(config.plugin_config)
+    return PluginScorer(
+        pm,
+        strict=session_settings.strict,
+        budget_s=session_settings.hook_budget_s,
+        over_budget=session_settings.over_budget,
+    )
 
 
 def python_validity(result: EpisodeResult) -> tuple[int, int]:
@@ -92,13 +110,16 @@ def summarize(
     tokenizer: ComposerTokenizer,
     config: EvalConfig,
     seconds: float,
+    scores: list[EpisodeScore] | None = None,
 ) -> dict[str, Any]:
-    pm = reward_manager()
+    """The report's summary; `scores` (one per result) are made here when not given."""
+    if scores is None:
+        scorer = plugin_scorer(config)
+        scores = [scorer.score(episode_view(r, tokenizer)) for r in results]
     components: dict[str, list[float]] = defaultdict(list)
     totals: list[float] = []
     plugin_failures = 0
-    for r in results:
-        score = score_episode(pm, episode_view(r, tokenizer))
+    for score in scores:
         totals.append(score.total)
         plugin_failures += len(score.failures)
         for sc in score.components:
@@ -154,10 +175,71 @@ def run_eval(
     )
     runner_config = config.runner or RunnerConfig(temperature=0.0 if config.samples == 1 else 0.8)
     began = time.monotonic()
-    results = EpisodeRunner(engine, tokenizer, runner_config).run(tasks, config.samples)
-    summary = summarize(results, tokenizer, config, time.monotonic() - began)
+    if config.run_dir is None:
+        scorer = plugin_scorer(config)
+        results, scores = _run_steps(engine, tokenizer, runner_config, tasks, config, scorer)
+    else:
+        with PluginSession(
+            config.plugin_config, config.run_dir, command="eval", resume_after_finish=False
+        ) as session:
+            results, scores = _run_steps(
+                engine, tokenizer, runner_config, tasks, config, session.scorer, session
+            )
+    summary = summarize(results, tokenizer, config, time.monotonic() - began, scores)
     summary["checkpoint"] = str(checkpoint)
     return summary, results
+
+
+def _run_steps(
+    engine: InferenceEngine,
+    tokenizer: ComposerTokenizer,
+    runner_config: RunnerConfig,
+    tasks: list[Task],
+    config: EvalConfig,
+    scorer: PluginScorer,
+    session: PluginSession | None = None,
+) -> tuple[list[EpisodeResult], list[EpisodeScore]]:
+    """Run and score the episodes step by step; plugin requests apply between steps."""
+    per_step = config.tasks_per_step or max(1, config.max_batch_size // config.samples)
+    results: list[EpisodeResult] = []
+    scores: list[EpisodeScore] = []
+    for step, start in enumerate(range(0, len(tasks), per_step)):
+        plugin_metrics = session.step_boundary(step) if session is not None else {}
+        # A seed per step, so that sampled episodes of different steps differ.
+        step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
+        chunk = EpisodeRunner(engine, tokenizer, step_runner).run(
+            tasks[start : start + per_step], config.samples
+        )
+        chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]
+        results += chunk
+        scores += chunk_scores
+        if session is not None:
+            _log_step(session, step, chunk, chunk_scores, plugin_metrics)
+    return results, scores
+
+
+def _log_step(
+    session: PluginSession,
+    step: int,
+    chunk: list[EpisodeResult],
+    scores: list[EpisodeScore],
+    plugin_metrics: dict[str, float],
+) -> None:
+    """One line of ``RUN_DIR/metrics.jsonl``: the step's rewards, flags and plugin events."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for score in scores:
+        for key, value in score.metrics().items():
+            values[key].append(value)
+    record = {
+        "step": step,
+        "episodes": len(chunk),
+        "solved": sum(r.solved for r in chunk),
+        **{key: statistics.fmean(v) for key, v in sorted(values.items())},
+        **plugin_metrics,
+        "plugin_events": [e.model_dump() for e in session.events],
+    }
+    with (session.run_dir / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def write_report(summary: dict[str, Any], results: list[EpisodeResult], path: Path) -> None:

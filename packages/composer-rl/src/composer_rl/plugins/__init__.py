@@ -1,12 +1,16 @@
 """The plugin manager of a Composer run, and adding or removing plugins while it runs.
 
-pm = build_plugin_manager(config)            # hookspecs, built-ins, entry points, configure
-registry = PluginRegistry(pm, run_dir)
-registry.restore()                           # replay run-time changes after a resume
-for step in ...:
-    events = registry.step_boundary(step)    # apply `composer-rl plugins add|remove`
-    metrics |= event_metrics(events)
-    score = composer_rewards.score_episode(pm, episode, strict=settings.strict)
+A long-running job that scores or monitors episodes uses one :class:`PluginSession`::
+
+    with PluginSession(config, run_dir, command="rl") as plugins:
+        for step in ...:
+            metrics |= plugins.step_boundary(step)   # apply `composer-rl plugins add|remove`
+            score = plugins.score(episode)           # budgeted, per-plugin error capture
+
+A command that scores nothing calls :func:`refuse_plugin_requests` on its run directory.
+Underneath: :func:`build_plugin_manager` (hookspecs, built-ins, entry points, configure),
+:class:`PluginRegistry` (requests, ``state.json``, restore after a restart) and
+:class:`composer_rewards.PluginScorer`.
 """
 
 from composer_rl.plugins.manager import (
@@ -27,6 +31,7 @@ from composer_rl.plugins.requests import (
     read_state,
     submit,
 )
+from composer_rl.plugins.session import PluginSession, refuse_plugin_requests
 from composer_rl.plugins.settings import PluginSettings
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "PluginEvent",
     "PluginRegistry",
     "PluginRequest",
+    "PluginSession",
     "PluginSettings",
     "add_hookspecs",
     "build_plugin_manager",
@@ -43,6 +49,7 @@ __all__ = [
     "pending",
     "processed",
     "read_state",
+    "refuse_plugin_requests",
     "register_checked",
     "submit",
     "validate_spec",

@@ -61,11 +61,22 @@ class RegisteredPlugin(BaseModel):
     source: str = Field(description="builtin, entry point, config, or runtime")
     spec: str = ""
     hooks: list[str] = Field(default_factory=list)
+    status: Literal["registered", "unavailable", "disabled"] = "registered"
+    error: str = Field(default="", description="why it is unavailable or disabled")
 
 
 class JobState(BaseModel):
-    """Written by the job at start and after every change; read by ``plugins list``."""
+    """Written by the job at start and after every change; read by ``plugins list``.
 
+    ``refusal`` is set in the run directory of a command that scores nothing (``pretrain``)
+    and says why: the CLI refuses ``--run`` there instead of queueing requests that no one
+    will apply. ``finished`` is set when the job ends normally; a job killed without
+    that keeps ``finished`` false and applies queued requests when it resumes.
+    """
+
+    command: str = ""
+    refusal: str = ""
+    finished: bool = False
     pid: int
     host: str
     python: str
@@ -75,6 +86,16 @@ class JobState(BaseModel):
     plugins: list[RegisteredPlugin]
     runtime_added: dict[str, str] = Field(default_factory=dict, description="name -> spec")
     runtime_removed: list[str] = Field(default_factory=list)
+    last_request: str = Field(
+        default="", description="id of the last request applied (ids sort by submission)"
+    )
+    unavailable: dict[str, str] = Field(
+        default_factory=dict,
+        description="run-time plugins that could not load (name -> error); kept, retried",
+    )
+    disabled: dict[str, str] = Field(
+        default_factory=dict, description="plugins disabled by the hook budget (name -> why)"
+    )
 
 
 class PluginDirs:

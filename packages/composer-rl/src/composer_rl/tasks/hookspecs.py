@@ -3,8 +3,7 @@
 Plugins add tasks by implementing the hooks below with the ``composer`` hookimpl marker,
 for example::
 
-    import pluggy
-    hookimpl = pluggy.HookimplMarker("composer")
+    from composer_rewards import hookimpl
 
     class MyTasks:
         @hookimpl
@@ -19,12 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pluggy
+from composer_rewards.markers import hookspec
 
 if TYPE_CHECKING:
     from composer_rl.tasks.sources import TaskSource
-
-hookspec = pluggy.HookspecMarker("composer")
 
 
 @hookspec
