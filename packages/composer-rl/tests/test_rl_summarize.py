@@ -16,6 +16,7 @@ from composer_model import (
     train_step,
     train_tokenizer,
 )
+from composer_rewards import score_episode
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.agent.oracle import oracle_summary, summary_demonstration
 from composer_rl.plugins import build_plugin_manager
@@ -80,9 +81,10 @@ def test_taught_model_summarizes_continues_and_segments_share_the_reward() -> No
     assert result.summaries == [oracle_summary(task)]
     assert len(result.records) == 2
     assert result.solved, result.transcript.text
-    scored = score_result(result, build_plugin_manager(), tokenizer)
+    pm = build_plugin_manager()
+    scored = score_result(result, lambda episode: score_episode(pm, episode), tokenizer)
     assert [t.segment for t in scored.trajectories] == [0, 1]
-    other = score_result(result, build_plugin_manager(), tokenizer)
+    other = score_result(result, lambda episode: score_episode(pm, episode), tokenizer)
     other.reward = (scored.reward or 0.0) - 1.0
     trajs, _ = assign_advantages([scored, other])
     mine = [t for t in trajs if any(t is s for s in scored.trajectories)]

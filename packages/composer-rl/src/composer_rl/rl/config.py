@@ -111,6 +111,11 @@ class RLConfig(_Section):
         default_factory=dict,
         description="settings of reward plugins by name (composer_configure's config['rewards'])",
     )
+    plugin_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="free-form settings for third-party plugins, seen at the top level of "
+        "their configuration (e.g. {example_reward = {bonus = 0.25}})",
+    )
     monitors: dict[str, Any] = Field(
         default_factory=dict,
         description="settings of behaviour monitors by name (config['monitors'])",

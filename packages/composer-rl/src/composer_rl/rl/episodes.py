@@ -1,19 +1,18 @@
 """From a finished rollout to a scored episode: trajectories, rewards, monitors, the log line.
 
-Scoring runs through the run's one plugin manager (`composer_rewards.score_episode` over
-the torch-free `Episode` view), so the reward the policy is trained on is the reward every
+Scoring runs through the run's one plugin manager (the job's `PluginSession.score` over
+the torch-free `Episode` view, budgeted, each plugin's failure captured), so the reward the policy is trained on is the reward every
 other tool of the project reports. An episode whose grader failed (sandbox crash, grader
 timeout) gets no reward at all: the orchestrator leaves it out of its group's baseline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-import pluggy
-
 from composer_model import ComposerTokenizer
-from composer_rewards import score_episode
+from composer_rewards import Episode, EpisodeScore
 from composer_rl.agent.episode import EpisodeResult, episode_view
 from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.orchestrator import ScoredEpisode
@@ -44,10 +43,8 @@ def trajectories_of(result: EpisodeResult) -> list[Trajectory]:
 
 def score_result(
     result: EpisodeResult,
-    pm: pluggy.PluginManager,
+    score: Callable[[Episode], EpisodeScore],
     tokenizer: ComposerTokenizer,
-    *,
-    strict: bool = False,
 ) -> ScoredEpisode:
     """Rewards and monitor flags of one episode; reward None when the infrastructure failed."""
     trajectories = trajectories_of(result)
@@ -56,10 +53,10 @@ def score_result(
         components: dict[str, float] = {}
         flags: dict[str, str] = {}
     else:
-        score = score_episode(pm, episode_view(result, tokenizer), strict=strict)
-        reward = score.total
-        components = {sc.component.name: sc.component.weighted for sc in score.components}
-        flags = score.flags
+        scored = score(episode_view(result, tokenizer))
+        reward = scored.total
+        components = {sc.component.name: sc.component.weighted for sc in scored.components}
+        flags = scored.flags
     line: dict[str, Any] = {
         "episode": f"{result.key or result.task.id}.s{result.sample}",
         "task": result.task.id,

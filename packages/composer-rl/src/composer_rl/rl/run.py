@@ -28,7 +28,7 @@ from typing import Any
 from composer_infra.checkpoint import GroupStore
 from composer_model import ComposerTokenizer, OptimConfig
 from composer_rl.agent.episode import RunnerConfig
-from composer_rl.plugins import build_plugin_manager
+from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import RLConfig, to_toml
 from composer_rl.rl.episodes import score_result
 from composer_rl.rl.orchestrator import Orchestrator, OrchestratorConfig, ScoredEpisode
@@ -76,6 +76,17 @@ def training_tasks(config: RLConfig) -> list[Task]:
     if not tasks:
         raise ValueError("no training tasks found; check tasks.source")
     return tasks
+
+
+def plugin_config(config: RLConfig) -> dict[str, Any]:
+    """What plugins see in `composer_configure`: the plugin sections and the free-form
+    `[plugin_config]` table at the top level (a third-party plugin reads its own key)."""
+    return {
+        **config.plugin_config,
+        "plugins": config.plugins.model_dump(),
+        "rewards": dict(config.rewards),
+        "monitors": dict(config.monitors),
+    }
 
 
 def training_config(config: RLConfig) -> TrainingConfig:
@@ -261,13 +272,7 @@ def run_rl(
     (run_dir / "config.toml").write_text(to_toml(config))
     store_url = config.store or (run_dir / "weights").resolve().as_uri()
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
-    pm = build_plugin_manager(
-        {
-            "plugins": config.plugins.model_dump(),
-            "rewards": dict(config.rewards),
-            "monitors": dict(config.monitors),
-        }
-    )
+    plugins = PluginSession(plugin_config(config), run_dir, command="rl")
     upsampling = (
         UpsamplingConfig(after_fraction=config.loop.upsample_hard_after)
         if config.loop.upsample_hard_after is not None
@@ -286,6 +291,12 @@ def run_rl(
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
 
         def step_done(row: dict[str, Any]) -> None:
+            # Plugin requests (`composer-rl plugins add/remove --run`) take effect here,
+            # between steps; the events go into this step's metrics line.
+            row.update(plugins.step_boundary(int(row["step"])))
+            row["plugins_registered"] = sorted(
+                name for name, _ in plugins.pm.list_name_plugin() if name
+            )
             log.step(row)
             periodic.after_step(int(row["version"]))
             if on_step is not None:
@@ -308,7 +319,7 @@ def run_rl(
             GroupStore(run_dir / "groups"),
             handles.rollout,
             handles.trainer,
-            lambda raw: score_result(raw, pm, tokenizer, strict=config.plugins.strict),
+            lambda raw: score_result(raw, plugins.score, tokenizer),
             start_step=int(resumed["step"]),
             start_version=int(resumed["version"]),
             consumed=set(loop_state.get("consumed", [])),
@@ -317,12 +328,14 @@ def run_rl(
             on_episode=log.episode,
             step_boundary=step_boundary,
         )
+        plugins.step_boundary(orchestrator.step)  # requests queued before the first step
         history = orchestrator.run()
         periodic.finish()
         handles.trainer.call("save_checkpoint").result()
         final = run_dir / "final"
         handles.trainer.call("export", str(final)).result()
         shutil.copy(tokenizer_path, final / "tokenizer.json")
+        plugins.close()  # finished: later plugin requests on this run are refused
         return history
     finally:
         log.close()
