@@ -169,7 +169,7 @@ class SnapshotStore:
                 tarfile.open(fileobj=zstd_in, mode="r|") as tar,
             ):
                 _extract(tar, destination)
-        except (tarfile.TarError, zstandard.ZstdError) as exc:
+        except (tarfile.TarError, zstandard.ZstdError, SnapshotError, OSError) as exc:
             raise SnapshotError(f"snapshot {path} cannot be unpacked: {exc}") from exc
         state_file = destination / STATE_MEMBER
         if not state_file.is_file():

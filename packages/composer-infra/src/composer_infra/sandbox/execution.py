@@ -20,6 +20,9 @@ from contextlib import suppress
 
 from composer_infra.sandbox.results import CommandResult
 
+EXIT_GRACE = 0.2
+"""Seconds output may stay open after the command's own process has exited."""
+
 
 def _kill_group(process: subprocess.Popen[bytes], wait: float = 2.0) -> None:
     """SIGKILL the command's process group and wait (briefly) until it is gone."""
@@ -71,6 +74,7 @@ def run_capped(
     kept = bytearray()
     total = 0
     timed_out = killed_for_output = False
+    exited_at: float | None = None
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
         while True:
@@ -78,7 +82,14 @@ def run_capped(
             if remaining <= 0:
                 timed_out = True
                 break
-            if not selector.select(timeout=min(remaining, 1.0)):
+            if not selector.select(timeout=min(remaining, 0.1)):
+                # The command itself is over but something it started (a daemon) still
+                # holds its output open: return now rather than at the deadline; the
+                # group kill and `after_exit` below end the holder.
+                if process.poll() is not None:
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > EXIT_GRACE:
+                        break
                 continue
             chunk = os.read(process.stdout.fileno(), 1 << 16)
             if not chunk:
