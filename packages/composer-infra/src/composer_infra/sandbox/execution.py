@@ -59,17 +59,33 @@ def run_capped(
     """
     start = time.monotonic()
     deadline = start + timeout
-    process = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=tuple(pass_fds),
-    )
+    read_fd, write_fd = os.pipe()
+    # stderr is the same pipe as stdout, but through an open file description of its
+    # own (a reopen of /proc/self/fd, not a dup). gVisor marks the host descriptor it
+    # imports non-blocking, and copies the flags of the second one it imports from the
+    # first when they share a description: the command's writes to a full pipe then
+    # failed with EAGAIN ("tr: write error: Resource temporarily unavailable") instead
+    # of waiting, and a command ended early under load.
+    error_fd = os.open(f"/proc/self/fd/{write_fd}", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=error_fd,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(error_fd)
+    process.stdout = os.fdopen(read_fd, "rb", buffering=0)  # type: ignore[assignment]
     assert process.stdout is not None
     kept = bytearray()
     total = 0

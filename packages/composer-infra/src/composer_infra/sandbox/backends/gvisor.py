@@ -25,9 +25,9 @@ inside, background processes included.
 
 Files: commands run as a fresh unprivileged uid (so what they make is owned by it
 on the host, never by root); the workspace is mounted nosuid and nodev; /tmp is a
-tmpfs of `tmp_bytes`, mode 1777. Grading writes its report to /composer-grading, a
-host directory that is root's and 0700 except while the test command runs (after
-`kill_all`), so no other process of the sandbox can write it.
+tmpfs of `tmp_bytes`, mode 1777. Grading (after `kill_all`) writes its report into a
+directory the host makes under /composer-grading with a random name, after the
+kill, and reads once the test command's namespace is gone (see `grade`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,9 @@ from composer_infra.sandbox.tree import remove_tree
 
 # Run as root inside the container with these capabilities only: enough to make the
 # command's pid namespace and to switch to the sandbox user, which drops them all.
-_COMMAND_CAPS = "CAP_SYS_ADMIN,CAP_SETUID,CAP_SETGID,CAP_SETPCAP"
+_COMMAND_CAPS = tuple(
+    f"--cap={cap}" for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+)
 # kill(-1) signals every process but init and the caller; repeat until none is left
 # (a process forked while the kill went round dies in the next pass).
 _KILL_ALL = "n=0; while kill -9 -1 2>/dev/null && [ $n -lt 100000 ]; do n=$((n+1)); done; true"
@@ -163,6 +166,8 @@ class GVisorRuntime(Runtime):
         (state_dir / "passwd").write_text(PASSWD_TEMPLATE.format(uid=uid, gid=gid))
         (state_dir / "group").write_text(GROUP_TEMPLATE.format(gid=gid))
         self.grading.mkdir(mode=0o700, exist_ok=True)
+        if self.owner is not None:
+            os.chown(self.grading, *self.owner)
         self._drop = [
             str(tools["setpriv"]),
             f"--reuid={uid}",
@@ -364,7 +369,7 @@ class GVisorRuntime(Runtime):
             "/bin/sh",
             "-c",
             command,
-            extra=(f"--cap={_COMMAND_CAPS}", f"--internal-pid-file={pid_file}"),
+            extra=(*_COMMAND_CAPS, f"--internal-pid-file={pid_file}"),
         )
         try:
             result = run_capped(
@@ -409,28 +414,32 @@ class GVisorRuntime(Runtime):
         )
 
     def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
-        """Run the tests with /composer-grading writable by the sandbox user, then take it back.
+        """Run the tests with the report in a fresh, randomly named directory.
 
         The caller has run `kill_all`, so the test command's own processes are the only
-        ones that exist while the directory is open to the sandbox user; they are gone
-        (their namespace ended) before it is closed again and the report read.
+        ones in the sandbox while the directory exists; they are gone (their namespace
+        ended) before the report is read. The directory is made by the host after the
+        kill, under /composer-grading (a host directory bound into the container, which
+        the host empties first), so nothing planted earlier is read as the report.
         """
-        remove_tree(self.grading)
-        self.grading.mkdir(mode=0o700)
+        self._empty_grading()
+        name = secrets.token_hex(16)
+        report_dir = self.grading / name
+        report_dir.mkdir(mode=0o700)
         if self.owner is not None:
-            os.chown(self.grading, *self.owner)
+            os.chown(report_dir, *self.owner)
         try:
             result = self.run(
-                junit_command(f"{GRADING_DIR}/report.xml", test_command), timeout=timeout
+                junit_command(f"{GRADING_DIR}/{name}/report.xml", test_command), timeout=timeout
             )
+            return result, read_report(report_dir / "report.xml")
         finally:
-            if self.owner is not None:
-                os.chown(self.grading, 0, 0)
-            os.chmod(self.grading, 0o700)
-        report = read_report(self.grading / "report.xml")
-        remove_tree(self.grading)
-        self.grading.mkdir(mode=0o700)
-        return result, report
+            self._empty_grading()
+
+    def _empty_grading(self) -> None:
+        # The bound directory itself must stay (the container's mount points at it).
+        for entry in list(self.grading.iterdir()):
+            remove_tree(entry)
 
     def start_background(self, command: str) -> None:
         # nohup execs setsid, which (not being a group leader) makes a session with the
@@ -438,9 +447,7 @@ class GVisorRuntime(Runtime):
         # the commands' namespaces do not end it; `kill_all` does.
         launcher = f"nohup setsid /bin/sh -c {_quote(command)} >/dev/null 2>&1 </dev/null & echo $!"
         result = subprocess.run(
-            self._exec_argv(
-                *self._drop, "/bin/sh", "-c", launcher, extra=(f"--cap={_COMMAND_CAPS}",)
-            ),
+            self._exec_argv(*self._drop, "/bin/sh", "-c", launcher, extra=_COMMAND_CAPS),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
