@@ -30,6 +30,7 @@ from composer_infra.sandbox import (
 from composer_infra.sandbox.backend import Runtime
 from composer_infra.sandbox.backends.process import ProcessBackend
 from composer_infra.sandbox.cgroups import cgroup_unavailable
+from composer_infra.sandbox.mounts import workspace_mount_unavailable
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -382,6 +383,24 @@ def test_tmp_is_writable_and_sized(backend: str, make_sandbox: MakeSandbox) -> N
     pieces = limit // (15 * 1024**2) + 1  # under the per-file RLIMIT_FSIZE each
     big = sandbox.run(f"for i in $(seq {pieces}); do head -c 15M /dev/zero > /tmp/big$i; done")
     assert "No space left" in big.output, big.output
+
+
+def test_workspace_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) -> None:
+    """Many files each under RLIMIT_FSIZE cannot together pass `workspace_bytes`."""
+    reason = workspace_mount_unavailable()
+    if reason:
+        pytest.skip(reason)
+    limits = TEST_CONFIG.limits.model_copy(update={"workspace_bytes": 40 * 1024**2})
+    sandbox = make_sandbox(backend, config=TEST_CONFIG.model_copy(update={"limits": limits}))
+    result = sandbox.run("for i in 1 2 3 4; do head -c 15M /dev/zero > big$i; done")
+    assert "No space left" in result.output, result.output
+    total = sum(p.stat().st_size for p in sandbox.workspace.glob("big*"))
+    assert total <= 40 * 1024**2
+    host = sandbox.write_file("more.txt", "x" * 20 * 1024**2)
+    assert not host.ok and "No space left" in (host.error or ""), host
+    copy = sandbox.fork()  # the copy has the same bound
+    assert "No space left" in copy.run("head -c 30M /dev/zero > again").output
+    copy.close()
 
 
 def test_sandbox_memory_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) -> None:

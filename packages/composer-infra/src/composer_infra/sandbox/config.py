@@ -32,6 +32,14 @@ class ResourceLimits(BaseModel):
     )
     open_files: int = Field(default=256, ge=16, description="RLIMIT_NOFILE.")
     tmp_bytes: int = Field(default=256 * 1024**2, ge=1024**2, description="Size of /tmp (tmpfs).")
+    workspace_bytes: int = Field(
+        default=1024**3,
+        ge=1024**2,
+        description=(
+            "Total size of the workspace: a tmpfs of this size when the host side is root "
+            "(see `composer_infra.sandbox.mounts`); else only `file_size_bytes` per file."
+        ),
+    )
     sandbox_memory_bytes: int = Field(
         default=4 * 1024**3,
         ge=64 * 1024**2,

@@ -25,6 +25,7 @@ from composer_infra.sandbox.archive import Snapshot, SnapshotStore
 from composer_infra.sandbox.backend import Runtime, SandboxBackend
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.junit import build_report
+from composer_infra.sandbox.mounts import mount_workspace, unmount
 from composer_infra.sandbox.paths import PathError, WorkspaceFS
 from composer_infra.sandbox.registry import BackendRegistry, default_registry
 from composer_infra.sandbox.results import TestReport, ToolResult
@@ -48,8 +49,10 @@ _work_root: Path | None = None
 
 
 def _remove_quietly(path: Path) -> bool:
-    """Delete a sandbox's directory however deep or odd; log (not raise) what stays."""
+    """Delete a sandbox's directory however deep or odd (its workspace's tmpfs unmounted
+    first); log (not raise) what stays."""
     try:
+        unmount(path / "workspace")
         remove_tree(path)
         return True
     except Exception:
@@ -164,12 +167,14 @@ class Sandbox:
     ) -> Sandbox:
         """A fresh sandbox holding the task's files. `backend` defaults to bwrap."""
         chosen = _resolve_backend(backend, registry)
+        config = config or SandboxConfig()
         home = cls._new_home(work_dir)
         fs = WorkspaceFS(home / "workspace")
         try:
+            mount_workspace(home / "workspace", config.limits.workspace_bytes)
             for name, text in task.files.items():
                 fs.write_bytes(name, text.encode())
-            return cls(task=task, backend=chosen, config=config or SandboxConfig(), home=home)
+            return cls(task=task, backend=chosen, config=config, home=home)
         except BaseException:
             _remove_quietly(home)
             raise
@@ -203,11 +208,15 @@ class Sandbox:
         """
         digest = snapshot.digest if isinstance(snapshot, Snapshot) else snapshot
         home = cls._new_home(work_dir)
-        (home / "workspace").rmdir()
         unpack = home / "unpack"
         try:
             state, workspace, memory = store.load(digest, unpack)
-            workspace.rename(home / "workspace")
+            config = config or _restored_config(state["config"])
+            if mount_workspace(home / "workspace", config.limits.workspace_bytes):
+                copy_tree(workspace, home / "workspace", exist_ok=True)
+            else:
+                (home / "workspace").rmdir()
+                workspace.rename(home / "workspace")
             chosen = _resolve_backend(backend or state["backend"], registry)
             if memory is not None and not chosen.memory_snapshots:
                 from composer_infra.sandbox.backend import BackendUnavailable
@@ -219,7 +228,7 @@ class Sandbox:
             sandbox = cls(
                 task=Task.model_validate(state["task"]),
                 backend=chosen,
-                config=config or _restored_config(state["config"]),
+                config=config,
                 home=home,
                 memory_image=memory,
                 todos=TodoList.model_validate(state["todos"]),
@@ -260,15 +269,15 @@ class Sandbox:
         with self._lock:
             self._check_open()
             home = self._new_home(work_dir or self.home.parent)
-            (home / "workspace").rmdir()
             image_dir = home / "image"
             image_dir.mkdir()
             try:
+                mount_workspace(home / "workspace", self.config.limits.workspace_bytes)
                 frozen = self.runtime.checkpoint(image_dir)
                 try:
                     # Links stay links (never followed), FIFOs and sockets are made anew,
                     # set-id bits are cleared; any depth.
-                    copy_tree(self.workspace, home / "workspace")
+                    copy_tree(self.workspace, home / "workspace", exist_ok=True)
                 finally:
                     if frozen:
                         self.runtime.resume(image_dir)

@@ -298,14 +298,18 @@ def make_socket_file(dir_fd: int, name: str) -> None:
         os.close(before)
 
 
-def copy_tree(source: Path, target: Path, owner: tuple[int, int] | None = None) -> list[str]:
+def copy_tree(
+    source: Path, target: Path, owner: tuple[int, int] | None = None, *, exist_ok: bool = False
+) -> list[str]:
     """Copy a workspace faithfully: files, directories, symlinks as links (any target,
     never followed), FIFOs and sockets as new ones. Set-id bits are cleared.
 
-    `target` must not exist. Devices (which no sandbox can make) are left out; their
-    paths are returned so the caller can say so.
+    `target` must not exist (or, with `exist_ok`, be an empty directory: a mounted
+    workspace). Devices (which no sandbox can make) are left out; their paths are
+    returned so the caller can say so.
     """
-    os.mkdir(target, 0o700)
+    if not (exist_ok and target.is_dir()):
+        os.mkdir(target, 0o700)
     left_out: list[str] = []
     with DirCache(source) as sources, DirCache(target) as targets:
         for entry in walk(source):
