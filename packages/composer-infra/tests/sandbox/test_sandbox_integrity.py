@@ -292,20 +292,23 @@ def test_special_files_links_and_a_venv_survive_fork_and_restore(
     store = SnapshotStore(tmp_path / "store")
     restored = Sandbox.restore(sandbox.snapshot(store), store, work_dir=tmp_path)
     copy = sandbox.fork()
-    # gVisor keeps FIFOs and sockets in the Sentry (not on the host's files), so only
-    # the links and the venv are there to copy.
-    special = backend != "gvisor"
-    for each in (copy, restored):
-        ws = each.workspace
-        assert not special or stat.S_ISFIFO(os.lstat(ws / "fifo").st_mode)
-        for link in ("absolute", "inside_absolute", "outward"):
-            assert os.readlink(ws / link) == os.readlink(sandbox.workspace / link)
-        assert os.readlink(ws / "venv/bin/python") == os.readlink(
-            sandbox.workspace / "venv/bin/python"
-        )
-        assert each.run("venv/bin/python -c 'print(40 + 2)'").output.strip() == "42"
-    assert not special or stat.S_ISSOCK(os.lstat(copy.workspace / "sock").st_mode)
-    restored.close()
+    try:
+        # gVisor keeps FIFOs and sockets in the Sentry (not on the host's files), so only
+        # the links and the venv are there to copy.
+        special = backend != "gvisor"
+        for each in (copy, restored):
+            ws = each.workspace
+            assert not special or stat.S_ISFIFO(os.lstat(ws / "fifo").st_mode)
+            for link in ("absolute", "inside_absolute", "outward"):
+                assert os.readlink(ws / link) == os.readlink(sandbox.workspace / link)
+            assert os.readlink(ws / "venv/bin/python") == os.readlink(
+                sandbox.workspace / "venv/bin/python"
+            )
+            assert each.run("venv/bin/python -c 'print(40 + 2)'").output.strip() == "42"
+        assert not special or stat.S_ISSOCK(os.lstat(copy.workspace / "sock").st_mode)
+    finally:
+        copy.close()
+        restored.close()
 
 
 def test_shutdown_closes_everything_and_reports_the_rest(tmp_path: Path) -> None:
