@@ -461,3 +461,23 @@ def test_missing_work_dir_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Sandbox.create(CALC_TASK, "process", work_dir=missing)
     assert not missing.exists()
+
+
+def test_cgroups_of_dead_hosts_are_cleaned_up(backend: str, make_sandbox: MakeSandbox) -> None:
+    """A sandbox whose host process died (kill -9) leaves its cgroup; the next host
+    process removes it, and a closed sandbox leaves none."""
+    from composer_infra.sandbox import cgroups
+
+    if cgroups.cgroup_unavailable() is not None or backend == "gvisor":
+        pytest.skip("no per-sandbox cgroups here")
+    sandbox = make_sandbox(backend)
+    group = sandbox.runtime.cgroup  # type: ignore[attr-defined]
+    assert group is not None and all(path.is_dir() for path in group.dirs.values())
+    parent = next(iter(group.dirs.values())).parent
+    dead = parent / "composer-sbx-999999999-000000000000"  # no such pid
+    dead.mkdir()
+    cgroups._layout.cache_clear()
+    assert cgroups.cgroup_unavailable() is None
+    assert not dead.exists()
+    sandbox.close()
+    assert not any(path.exists() for path in group.dirs.values())

@@ -28,6 +28,7 @@ leaves open.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import logging
@@ -81,6 +82,7 @@ def _layout() -> tuple[str, dict[str, Path]] | str:
             "no writable cgroup: neither cgroup v2 at /sys/fs/cgroup nor a writable v1 "
             "pids hierarchy (run the host side as root, or in a delegated cgroup)"
         )
+    _remove_stale(parents)
     return "v1", parents
 
 
@@ -108,7 +110,30 @@ def _prepare_v2(base: Path) -> tuple[str, dict[str, Path]] | str:
             (base / "cgroup.subtree_control").write_text("+memory +pids")
         except OSError as exc:
             return f"cgroup v2: cannot enable memory and pids controllers in {base}: {exc}"
+    _remove_stale({"unified": base})
     return "v2", {"unified": base}
+
+
+_live: set[SandboxCgroup] = set()
+
+
+def _remove_live() -> None:
+    for group in list(_live):
+        with contextlib.suppress(Exception):
+            group.remove()
+
+
+atexit.register(_remove_live)
+
+
+def _remove_stale(parents: dict[str, Path]) -> None:
+    """Delete empty sandbox cgroups whose creating process is gone (a crash, a kill -9)."""
+    for parent in parents.values():
+        for path in parent.glob("composer-sbx-*"):
+            creator = path.name.split("-")[2]
+            if creator.isdigit() and not Path(f"/proc/{creator}").exists():
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # fails while it still holds a process: left alone
 
 
 def cgroup_unavailable() -> str | None:
@@ -141,6 +166,7 @@ class SandboxCgroup:
                 dirs[controller] = path
             group = cls(version, dirs)
             group._limit(memory_bytes, processes)
+            _live.add(group)
             return group
         except OSError:
             for path in dirs.values():
@@ -219,6 +245,7 @@ class SandboxCgroup:
 
     def remove(self) -> None:
         """Kill what is left and delete the cgroup directories."""
+        _live.discard(self)
         self.kill_all()
         for path in self.dirs.values():
             for _ in range(100):
