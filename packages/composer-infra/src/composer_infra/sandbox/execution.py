@@ -4,8 +4,10 @@ Every backend turns a command into an argv (bwrap ... sh -c, runsc exec ..., or 
 plain sh -c) and hands it here. The child gets its own session, so on a timeout or
 an output flood the whole process group is killed with SIGKILL; a SIGTERM handler
 cannot delay it. What outlives the group (a daemon that called setsid) is the
-backend's business: bwrap tears down the pid namespace, gVisor kills inside the
-sandbox, and the process backend cannot.
+backend's business: bwrap and gVisor end the command's pid namespace, the process
+backend empties the sandbox's cgroup (where it has one). Once the command's own
+process has exited, `run` returns within `EXIT_GRACE` even if something it left
+still holds the output open.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def run_capped(
 
     Output past `output_kill_limit` bytes kills the command (a 10 GB `yes` would
     otherwise keep the host busy until the deadline). `after_exit` runs once the
-    command is over, however it ended (the backend's sweep of leftover processes).
+    command is over, however it ended (the backend's kill of leftover processes).
     """
     start = time.monotonic()
     deadline = start + timeout
