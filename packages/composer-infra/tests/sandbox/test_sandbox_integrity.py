@@ -402,8 +402,10 @@ def test_workspace_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) 
     host = sandbox.write_file("more.txt", "x" * 20 * 1024**2)
     assert not host.ok and "No space left" in (host.error or ""), host
     copy = sandbox.fork()  # the copy has the same bound
-    assert "No space left" in copy.run("head -c 30M /dev/zero > again").output
-    copy.close()
+    try:
+        assert "No space left" in copy.run("head -c 30M /dev/zero > again").output
+    finally:
+        copy.close()
 
 
 def test_sandbox_memory_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) -> None:
@@ -440,8 +442,10 @@ def test_setid_files_do_not_reach_the_host(
     assert info.st_uid != 0 or os.geteuid() != 0
     assert stat.S_IMODE(os.lstat(sandbox.home).st_mode) == 0o700
     copy = sandbox.fork()
-    assert not os.lstat(copy.workspace / "suid").st_mode & (stat.S_ISUID | stat.S_ISGID)
-    copy.close()
+    try:
+        assert not os.lstat(copy.workspace / "suid").st_mode & (stat.S_ISUID | stat.S_ISGID)
+    finally:
+        copy.close()
 
 
 # -- bad arguments ----------------------------------------------------------------------
