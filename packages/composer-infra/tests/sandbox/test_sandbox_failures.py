@@ -55,7 +55,11 @@ def test_service_survives_a_broken_runtime(tmp_path: Path) -> None:
         # The workspace vanishes under a running episode (a crashed or wiped worker disk).
         import shutil
 
-        shutil.rmtree(service.sandbox(broken).workspace)
+        from composer_infra.sandbox.mounts import unmount
+
+        workspace = service.sandbox(broken).workspace
+        unmount(workspace)  # a size-limited tmpfs when we are root
+        shutil.rmtree(workspace)
         for tool, args in [("run", {"command": "ls"}), ("read_file", {"path": "calc.py"})]:
             result = service.call(broken, tool, args)
             assert not result.ok and result.error

@@ -101,6 +101,7 @@ def test_crafted_archive_cannot_escape(tmp_path: Path) -> None:
 
     digest = hashlib.sha256(blob).hexdigest()
     (store.root / f"{digest}.tar.zst").write_bytes(blob)
+    (tmp_path / "run").mkdir()
     with pytest.raises(SnapshotError, match="cannot be unpacked"):
         Sandbox.restore(digest, store, work_dir=tmp_path / "run")
     assert not (tmp_path / "escaped.txt").exists()

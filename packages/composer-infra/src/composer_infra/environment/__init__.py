@@ -4,7 +4,14 @@ from composer_infra.environment.pool import SandboxPool
 from composer_infra.environment.service import (
     EnvironmentConfig,
     EnvironmentService,
+    ShutdownError,
     ToolCallRequest,
 )
 
-__all__ = ["EnvironmentConfig", "EnvironmentService", "SandboxPool", "ToolCallRequest"]
+__all__ = [
+    "EnvironmentConfig",
+    "EnvironmentService",
+    "SandboxPool",
+    "ShutdownError",
+    "ToolCallRequest",
+]

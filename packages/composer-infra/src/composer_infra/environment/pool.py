@@ -75,8 +75,16 @@ class SandboxPool:
             return len(self._idle)
 
     def close(self) -> None:
+        """Close every idle sandbox (all of them, even if one fails; then raise the first)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        first: Exception | None = None
         for sandbox in idle:
-            sandbox.close()
+            try:
+                sandbox.close()
+            except Exception as exc:
+                log.exception("could not close pre-started sandbox %s", sandbox.id)
+                first = first or exc
+        if first is not None:
+            raise first

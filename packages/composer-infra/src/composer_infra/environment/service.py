@@ -9,10 +9,9 @@ caller: an unknown sandbox or a broken one comes back as an error result.
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,13 @@ from composer_infra.sandbox import (
     ToolResult,
     default_registry,
 )
+from composer_infra.sandbox.tree import remove_tree
 
 log = logging.getLogger(__name__)
+
+
+class ShutdownError(RuntimeError):
+    """`EnvironmentService.shutdown` closed what it could; the message names the rest."""
 
 
 class EnvironmentConfig(BaseModel):
@@ -151,16 +155,35 @@ class EnvironmentService:
             return list(self._sandboxes)
 
     def shutdown(self) -> None:
-        """Close every sandbox and the pool; delete the work directory if we made it."""
-        self.pool.close()
-        self.executor.shutdown(wait=True)
-        self.pool.close()  # sandboxes the pool finished starting during shutdown
+        """Close every sandbox and the pool; delete the work directory if we made it.
+
+        Everything that can be closed is closed, whatever fails on the way; then, if
+        anything could not be, one `ShutdownError` names each failure.
+        """
+        failures: list[str] = []
+
+        def attempt(what: str, action: Callable[[], object]) -> None:
+            try:
+                action()
+            except Exception as exc:
+                log.exception("shutdown: %s failed", what)
+                failures.append(f"{what}: {type(exc).__name__}: {exc}")
+
+        attempt("closing the warm pool", self.pool.close)
+        attempt("stopping the thread pool", lambda: self.executor.shutdown(wait=True))
+        # Sandboxes the pool finished starting during shutdown.
+        attempt("closing the warm pool again", self.pool.close)
         with self._lock:
-            sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
-        for sandbox in sandboxes:
-            sandbox.close()
+            sandboxes, self._sandboxes = dict(self._sandboxes), {}
+        for sandbox_id, sandbox in sandboxes.items():
+            attempt(f"closing sandbox {sandbox_id}", sandbox.close)
         if self._own_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+            attempt(f"deleting {self.work_dir}", lambda: remove_tree(self.work_dir))
+        if failures:
+            raise ShutdownError(
+                f"{len(failures)} part(s) of the environment service could not be closed: "
+                + "; ".join(failures)
+            )
 
     def __enter__(self) -> EnvironmentService:
         return self

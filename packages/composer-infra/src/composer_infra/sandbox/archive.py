@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import stat
 import tarfile
 import tempfile
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 import zstandard
 from pydantic import BaseModel, ConfigDict
+
+from composer_infra.sandbox.tree import SETID_BITS, DirCache, split_parent, walk
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 STATE_MEMBER = "sandbox.json"
@@ -104,20 +107,51 @@ class SnapshotStore:
 
     @staticmethod
     def _add_tree(tar: tarfile.TarFile, root: Path, prefix: str) -> None:
-        tar.add(root, arcname=prefix, recursive=False, filter=_normalised)
-        for top, dirs, files in os.walk(root):
-            dirs.sort()
-            for name in sorted(dirs) + sorted(files):
-                full = Path(top) / name
-                arcname = f"{prefix}/{full.relative_to(root).as_posix()}"
-                tar.add(full, arcname=arcname, recursive=False, filter=_normalised)
+        """Archive a tree as it is: links as links, FIFOs as FIFOs, never followed.
+
+        Iterative (`tree.walk`), so depth is no limit; set-id bits are cleared; a
+        socket (which a tar cannot hold, and which means nothing without its
+        listener) is left out.
+        """
+        top = tarfile.TarInfo(prefix)
+        top.type = tarfile.DIRTYPE
+        top.mode = stat.S_IMODE(os.lstat(root).st_mode) & ~SETID_BITS
+        tar.addfile(_normalised(top))
+        with DirCache(root) as dirs:
+            for entry in walk(root):
+                info = tarfile.TarInfo(f"{prefix}/{entry.relative}")
+                info.mode = stat.S_IMODE(entry.info.st_mode) & ~SETID_BITS
+                info.mtime = int(entry.info.st_mtime)
+                kind = entry.kind
+                if kind == "dir":
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(_normalised(info))
+                elif kind == "symlink":
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = entry.link_target or ""
+                    tar.addfile(_normalised(info))
+                elif kind == "fifo":
+                    info.type = tarfile.FIFOTYPE
+                    tar.addfile(_normalised(info))
+                elif kind == "file":
+                    fd, name = dirs.of(entry.relative)
+                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                    file_fd = os.open(name, flags, dir_fd=fd)
+                    with os.fdopen(file_fd, "rb") as handle:
+                        status = os.fstat(handle.fileno())
+                        if not stat.S_ISREG(status.st_mode):
+                            continue
+                        info.size = status.st_size
+                        tar.addfile(_normalised(info), _Exactly(handle, status.st_size))
 
     def load(self, digest: str, destination: Path) -> tuple[dict[str, Any], Path, Path | None]:
         """Check and unpack a snapshot into `destination`.
 
         Returns (state, workspace dir, memory image dir or None). The digest is verified
-        before anything is unpacked, and unpacking uses tarfile's `data` filter, so a
-        crafted archive cannot write outside `destination` or make device files.
+        before anything is unpacked, and unpacking (`_extract`) puts every member inside
+        a directory it made itself, so a crafted archive cannot write outside
+        `destination` or make device files; symlinks (any target) and FIFOs come back
+        as they were, never followed.
         """
         path = self.path(digest)
         if not path.exists():
@@ -134,8 +168,8 @@ class SnapshotStore:
                 zstandard.ZstdDecompressor().stream_reader(handle) as zstd_in,
                 tarfile.open(fileobj=zstd_in, mode="r|") as tar,
             ):
-                tar.extractall(destination, filter="data")
-        except (tarfile.TarError, zstandard.ZstdError) as exc:
+                _extract(tar, destination)
+        except (tarfile.TarError, zstandard.ZstdError, SnapshotError, OSError) as exc:
             raise SnapshotError(f"snapshot {path} cannot be unpacked: {exc}") from exc
         state_file = destination / STATE_MEMBER
         if not state_file.is_file():
@@ -143,3 +177,73 @@ class SnapshotStore:
         state = json.loads(state_file.read_text())
         memory = destination / MEMORY_PREFIX
         return state, destination / WORKSPACE_PREFIX, memory if memory.is_dir() else None
+
+
+class _Exactly(io.RawIOBase):
+    """A file read as exactly `size` bytes: a file that grew or shrank while it was being
+    archived (a command still running) must not break the tar stream."""
+
+    def __init__(self, handle: io.BufferedReader, size: int) -> None:
+        self._handle = handle
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        want = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._handle.read(want)
+        data += b"\0" * (want - len(data))
+        self._left -= len(data)
+        return data
+
+
+def _member_path(name: str) -> str:
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if name.startswith("/") or ".." in parts or not parts:
+        raise SnapshotError(f"snapshot member {name!r} is not a plain relative path")
+    return "/".join(parts)
+
+
+def _extract(tar: tarfile.TarFile, destination: Path) -> None:
+    """Unpack members one by one, each into a directory this function made.
+
+    A member's parent must be a directory unpacked before it (never a symlink), so no
+    member can be led out of `destination`; only directories, regular files, symlinks
+    (stored as they are, whatever they point at) and FIFOs are made.
+    """
+    made: set[str] = {""}
+    dirs = DirCache(destination)
+    try:
+        for member in tar:
+            relative = _member_path(member.name)
+            parent, _ = split_parent(relative)
+            if parent not in made:
+                raise SnapshotError(f"snapshot member {member.name!r} comes before its directory")
+            fd, name = dirs.of(relative)
+            mode = member.mode & 0o777
+            if member.isdir():
+                if relative not in made:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                    made.add(relative)
+                os.chmod(name, mode | stat.S_IRWXU, dir_fd=fd)
+            elif member.isreg():
+                source = tar.extractfile(member)
+                assert source is not None
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with os.fdopen(os.open(name, flags, 0o600, dir_fd=fd), "wb") as out:
+                    while block := source.read(1 << 20):
+                        out.write(block)
+                    os.fchmod(out.fileno(), mode)
+            elif member.issym():
+                os.symlink(member.linkname, name, dir_fd=fd)
+            elif member.isfifo():
+                os.mkfifo(name, mode, dir_fd=fd)
+            else:
+                raise SnapshotError(
+                    f"snapshot member {member.name!r} is a kind of file a snapshot never holds"
+                )
+    finally:
+        dirs.close()

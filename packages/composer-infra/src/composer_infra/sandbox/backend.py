@@ -7,6 +7,9 @@ commands and, if it can, capture the memory of what is running.
 
 from __future__ import annotations
 
+import os
+import stat
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -37,6 +40,30 @@ class Runtime(ABC):
     @abstractmethod
     def run(self, command: str, *, timeout: float) -> CommandResult:
         """Run a shell command in /workspace; every process it started is gone on return."""
+
+    def kill_all(self) -> None:  # noqa: B027 (a no-op is right for some backends)
+        """Kill every process the sandbox's commands started, by pid namespace or cgroup.
+
+        Called before grading: nothing the policy started may still run while the
+        tests run or their report is read. Backends whose processes all end with
+        their command (bwrap: one pid namespace per command) have nothing to do.
+        """
+
+    def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """Run the task's test command and return its result and pytest's JUnit XML.
+
+        The caller has called `kill_all` first. This default writes the report into the
+        workspace under a random name and reads it after the command (every process of
+        which is gone by then); backends that can give the test command a directory no
+        other command sees override `_grading_dir` (bwrap, gvisor).
+        """
+        name = f".composer-junit-{uuid.uuid4().hex}.xml"
+        result = self.run(
+            junit_command(f"{self.guest_workspace}/{name}", test_command), timeout=timeout
+        )
+        report = read_report(self.workspace / name)
+        (self.workspace / name).unlink(missing_ok=True)
+        return result, report
 
     def start_background(self, command: str) -> None:
         """Start a process that keeps running between commands (memory-level backends)."""
@@ -88,3 +115,32 @@ class SandboxBackend(ABC):
         `state_dir` is a private directory for the backend (bundles, sockets). With
         `memory_image`, continue the processes saved by `Runtime.checkpoint`.
         """
+
+
+REPORT_LIMIT = 32 * 1024**2
+"""The largest JUnit report read back (a test suite's report is kilobytes)."""
+
+
+def junit_command(report_path: str, test_command: str) -> str:
+    """`test_command` with pytest told to write its JUnit XML report to `report_path`.
+
+    PYTEST_ADDOPTS comes after an ini file's `addopts`, so a `pytest.ini` the policy
+    wrote cannot point the report elsewhere.
+    """
+    return (
+        f'export PYTEST_ADDOPTS="--junitxml={report_path} -p no:cacheprovider '
+        f'$PYTEST_ADDOPTS"; {test_command}'
+    )
+
+
+def read_report(path: Path) -> bytes | None:
+    """A report file's bytes if it is a regular file (never a FIFO or a link), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > REPORT_LIMIT:
+            return None
+        return handle.read(REPORT_LIMIT)

@@ -1,8 +1,10 @@
 """Typed configuration of a sandbox: resource limits and what the sandbox may see.
 
-Limits are plain rlimits, so every backend can apply them the same way (through
-`prlimit` in front of the command); they are what bound a fork bomb or a memory hog
-to seconds instead of taking the host down.
+Per-process limits are rlimits, so every backend can apply them the same way
+(through `prlimit` in front of the command); they are what bound a fork bomb or a
+memory hog to seconds instead of taking the host down. Per-sandbox totals (memory
+and processes of all its processes together) are a cgroup where the host allows one
+(`cgroups.py`), and /tmp is a size-limited tmpfs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,23 @@ class ResourceLimits(BaseModel):
     )
     open_files: int = Field(default=256, ge=16, description="RLIMIT_NOFILE.")
     tmp_bytes: int = Field(default=256 * 1024**2, ge=1024**2, description="Size of /tmp (tmpfs).")
+    workspace_bytes: int = Field(
+        default=1024**3,
+        ge=1024**2,
+        description=(
+            "Total size of the workspace: a tmpfs of this size when the host side is root "
+            "(see `composer_infra.sandbox.mounts`); else only `file_size_bytes` per file."
+        ),
+    )
+    sandbox_memory_bytes: int = Field(
+        default=4 * 1024**3,
+        ge=64 * 1024**2,
+        description=(
+            "Memory of all the sandbox's processes together (cgroup memory limit; "
+            "`processes` is then also the cgroup's pids.max). Applied where the host "
+            "gives us cgroups (see `composer_infra.sandbox.cgroups`)."
+        ),
+    )
 
     def prlimit_args(self, processes_already: int = 0) -> list[str]:
         """Arguments of util-linux `prlimit` that set these limits (soft = hard).

@@ -4,8 +4,10 @@ Every backend turns a command into an argv (bwrap ... sh -c, runsc exec ..., or 
 plain sh -c) and hands it here. The child gets its own session, so on a timeout or
 an output flood the whole process group is killed with SIGKILL; a SIGTERM handler
 cannot delay it. What outlives the group (a daemon that called setsid) is the
-backend's business: bwrap tears down the pid namespace, gVisor kills inside the
-sandbox, and the process backend cannot.
+backend's business: bwrap and gVisor end the command's pid namespace, the process
+backend empties the sandbox's cgroup (where it has one). Once the command's own
+process has exited, `run` returns within `EXIT_GRACE` even if something it left
+still holds the output open.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 
 from composer_infra.sandbox.results import CommandResult
+
+EXIT_GRACE = 0.2
+"""Seconds output may stay open after the command's own process has exited."""
 
 
 def _kill_group(process: subprocess.Popen[bytes], wait: float = 2.0) -> None:
@@ -52,25 +57,42 @@ def run_capped(
 
     Output past `output_kill_limit` bytes kills the command (a 10 GB `yes` would
     otherwise keep the host busy until the deadline). `after_exit` runs once the
-    command is over, however it ended (the backend's sweep of leftover processes).
+    command is over, however it ended (the backend's kill of leftover processes).
     """
     start = time.monotonic()
     deadline = start + timeout
-    process = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=tuple(pass_fds),
-    )
+    read_fd, write_fd = os.pipe()
+    # stderr is the same pipe as stdout, but through an open file description of its
+    # own (a reopen of /proc/self/fd, not a dup). gVisor marks the host descriptor it
+    # imports non-blocking, and copies the flags of the second one it imports from the
+    # first when they share a description: the command's writes to a full pipe then
+    # failed with EAGAIN ("tr: write error: Resource temporarily unavailable") instead
+    # of waiting, and a command ended early under load.
+    error_fd = os.open(f"/proc/self/fd/{write_fd}", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=error_fd,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(error_fd)
+    process.stdout = os.fdopen(read_fd, "rb", buffering=0)  # type: ignore[assignment]
     assert process.stdout is not None
     kept = bytearray()
     total = 0
     timed_out = killed_for_output = False
+    exited_at: float | None = None
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
         while True:
@@ -78,7 +100,14 @@ def run_capped(
             if remaining <= 0:
                 timed_out = True
                 break
-            if not selector.select(timeout=min(remaining, 1.0)):
+            if not selector.select(timeout=min(remaining, 0.1)):
+                # The command itself is over but something it started (a daemon) still
+                # holds its output open: return now rather than at the deadline; the
+                # group kill and `after_exit` below end the holder.
+                if process.poll() is not None:
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > EXIT_GRACE:
+                        break
                 continue
             chunk = os.read(process.stdout.fileno(), 1 << 16)
             if not chunk:

@@ -19,11 +19,81 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from composer_infra.sandbox.tree import Entry, file_kind, walk
+
 SANDBOX_ROOT = "/workspace"
 """Where the workspace is mounted inside every isolated sandbox."""
 
 _MAX_SYMLINKS = 40
 _T = TypeVar("_T")
+
+
+def display_name(name: str) -> str:
+    """A file name as one unambiguous, serialisable line.
+
+    Names of plain printable text are shown as they are; any other (control
+    characters, bytes that are not UTF-8, which `os.listdir` hands over as lone
+    surrogates, a ` -> ` or ` [` that would read as a link or a type, quotes,
+    backslashes, edge spaces) is double-quoted with backslash escapes (`\\n`,
+    `\\xff` for a raw byte).
+    """
+    raw = name.encode("utf-8", "surrogateescape")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if (
+        text is not None
+        and text.isprintable()
+        and not any(mark in text for mark in (" -> ", " [", '"', "\\"))
+        and text == text.strip()
+    ):
+        return text
+    out = []
+    for char in raw.decode("utf-8", "surrogateescape"):
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\t":
+            out.append("\\t")
+        elif not char.isprintable() and char != " ":
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def describe_entry(entry: Entry) -> str:
+    """One `list_files` line for a walked entry."""
+    parts = entry.relative.split("/")
+    shown = "/".join(display_name(p) for p in parts)
+    kind = entry.kind
+    if kind == "dir":
+        return shown + "/"
+    if kind == "file":
+        return shown
+    if kind == "symlink":
+        return f"{shown} -> {display_name(entry.link_target or '')}"
+    return f"{shown} [{kind}]"
+
+
+def _refuse_special(dir_fd: int, name: str, path: str) -> None:
+    """PathError when `name` exists and is neither a regular file nor a symlink."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    kind = file_kind(info.st_mode)
+    if kind == "dir":
+        raise PathError(f"{path!r} is a directory, not a file")
+    if kind not in ("file", "symlink"):
+        raise PathError(
+            f"{path!r} is a {kind}, not a regular file; only regular files can be written"
+        )
 
 
 class PathError(ValueError):
@@ -163,13 +233,19 @@ class WorkspaceFS:
         """The file's bytes; PathError if it is missing, not a file or bigger than `limit`."""
 
         def final(dir_fd: int, name: str) -> bytes:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # O_NONBLOCK: opening a FIFO must not wait for a writer (it would hang the
+            # host and hold the sandbox's lock); it is refused right after, by its type.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(name, flags, dir_fd=dir_fd)
             try:
                 info = os.fstat(fd)
                 if stat.S_ISDIR(info.st_mode):
                     raise PathError(f"{path!r} is a directory; use list_files")
                 if not stat.S_ISREG(info.st_mode):
-                    raise PathError(f"{path!r} is not a regular file")
+                    raise PathError(
+                        f"{path!r} is a {file_kind(info.st_mode)}, not a regular file; "
+                        "only regular files can be read"
+                    )
                 if info.st_size > limit:
                     raise PathError(
                         f"{path!r} is {info.st_size} bytes, more than the {limit}-byte read limit"
@@ -187,11 +263,22 @@ class WorkspaceFS:
         def final(dir_fd: int, name: str) -> None:
             if name == ".":
                 raise PathError(f"{path!r} is the workspace directory, not a file")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            _refuse_special(dir_fd, name, path)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise PathError(f"{path!r} is not a regular file")
+                fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # a FIFO nobody reads (made after the check)
+                    raise PathError(f"{path!r} is a fifo, not a regular file") from None
+                raise
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise PathError(
+                        f"{path!r} is a {file_kind(info.st_mode)}, not a regular file; "
+                        "only regular files can be written"
+                    )
+                os.ftruncate(fd, 0)
                 self._give(fd)
                 view = memoryview(content)
                 while view:
@@ -202,9 +289,14 @@ class WorkspaceFS:
         self._guard(path, lambda: self._locate(path, final, create_parents=True))
 
     def list_dir(self, path: str, limit: int = 2000) -> tuple[list[str], bool]:
-        """Files under `path`, recursively, relative to it; directories end in '/'.
+        """Everything under `path`, recursively, relative to it, one entry a line.
 
-        `.git` is listed but not entered. Returns the entries and whether the list was cut.
+        Directories end in '/', symlinks read `name -> target` (described, never
+        followed), other special files `name [fifo]` / `[socket]` / `[char-device]`.
+        A name that could be misread (a newline, bytes that are not UTF-8, ` -> `, a
+        quote) is written as a double-quoted string with backslash escapes, so every
+        line is one entry and the text always serialises. `.git` is listed, not
+        entered. Returns the entries and whether the list was cut at `limit`.
         """
 
         def final(dir_fd: int, name: str) -> tuple[list[str], bool]:
@@ -212,24 +304,16 @@ class WorkspaceFS:
                 name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
             )
             entries: list[str] = []
+            cut = False
             try:
-                for top, dirs, files, top_fd in os.fwalk(".", dir_fd=fd):
-                    dirs.sort()
-                    prefix = "" if top == "." else top[2:] + "/"
-                    for d in list(dirs):
-                        entries.append(f"{prefix}{d}/")
-                        if d == ".git":
-                            dirs.remove(d)
-                    for f in sorted(files):
-                        if self._is_symlink(top_fd, f):
-                            entries.append(f"{prefix}{f} -> {os.readlink(f, dir_fd=top_fd)}")
-                        else:
-                            entries.append(f"{prefix}{f}")
+                for entry in walk(fd, skip_dirs=frozenset({".git"})):
+                    entries.append(describe_entry(entry))
                     if len(entries) > limit:
-                        return sorted(entries)[:limit], True
+                        cut = True
+                        break
             finally:
                 os.close(fd)
-            return sorted(entries), False
+            return sorted(entries)[:limit], cut
 
         return self._guard(path, lambda: self._locate(path, final))
 

@@ -10,7 +10,9 @@ backend's runtime.
 from __future__ import annotations
 
 import atexit
-import shutil
+import logging
+import math
+import os
 import tempfile
 import threading
 import uuid
@@ -23,6 +25,7 @@ from composer_infra.sandbox.archive import Snapshot, SnapshotStore
 from composer_infra.sandbox.backend import Runtime, SandboxBackend
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.junit import build_report
+from composer_infra.sandbox.mounts import mount_workspace, unmount
 from composer_infra.sandbox.paths import PathError, WorkspaceFS
 from composer_infra.sandbox.registry import BackendRegistry, default_registry
 from composer_infra.sandbox.results import TestReport, ToolResult
@@ -38,8 +41,35 @@ from composer_infra.sandbox.tools import (
     TodoList,
     WriteFileArgs,
 )
+from composer_infra.sandbox.tree import copy_tree, remove_tree
+
+log = logging.getLogger(__name__)
 
 _work_root: Path | None = None
+
+
+def _remove_quietly(path: Path) -> bool:
+    """Delete a sandbox's directory however deep or odd (its workspace's tmpfs unmounted
+    first); log (not raise) what stays."""
+    try:
+        unmount(path / "workspace")
+        remove_tree(path)
+        return True
+    except Exception:
+        log.exception("could not delete %s", path)
+        return False
+
+
+def check_timeout(timeout: float, limit: float, what: str) -> float:
+    """`timeout` if it is a finite number of seconds in (0, limit], else a ValueError saying so."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(f"{what} timeout must be a number of seconds, got {timeout!r}")
+    if not math.isfinite(timeout) or timeout <= 0 or timeout > limit:
+        raise ValueError(
+            f"{what} timeout must be more than 0 and at most {limit:g} seconds "
+            f"(SandboxConfig.max_command_timeout), got {timeout!r}"
+        )
+    return float(timeout)
 
 
 def default_work_dir() -> Path:
@@ -48,7 +78,7 @@ def default_work_dir() -> Path:
     if _work_root is None:
         _work_root = Path(tempfile.mkdtemp(prefix="composer-sandboxes-"))
         # Sandboxes not closed by the end of the process go with it.
-        atexit.register(shutil.rmtree, _work_root, ignore_errors=True)
+        atexit.register(_remove_quietly, _work_root)
     return _work_root
 
 
@@ -109,8 +139,20 @@ class Sandbox:
 
     @staticmethod
     def _new_home(work_dir: Path | None) -> Path:
+        """A private (0700) directory for one sandbox under `work_dir`, which must exist.
+
+        0700 because what a sandbox leaves (a set-id file, a planted link) must not be
+        reachable by other users of the host, whatever `work_dir`'s own mode.
+        """
+        if work_dir is not None and not Path(work_dir).is_dir():
+            raise FileNotFoundError(
+                f"sandbox work_dir {work_dir} does not exist (or is not a directory); "
+                "create it first, or pass work_dir=None for a private temporary one"
+            )
         home = (work_dir or default_work_dir()) / f"sbx-{uuid.uuid4().hex[:12]}"
-        (home / "workspace").mkdir(parents=True)
+        home.mkdir(mode=0o700)
+        os.chmod(home, 0o700)  # whatever the umask
+        (home / "workspace").mkdir()
         return home
 
     @classmethod
@@ -125,14 +167,16 @@ class Sandbox:
     ) -> Sandbox:
         """A fresh sandbox holding the task's files. `backend` defaults to bwrap."""
         chosen = _resolve_backend(backend, registry)
+        config = config or SandboxConfig()
         home = cls._new_home(work_dir)
         fs = WorkspaceFS(home / "workspace")
         try:
+            mount_workspace(home / "workspace", config.limits.workspace_bytes)
             for name, text in task.files.items():
                 fs.write_bytes(name, text.encode())
-            return cls(task=task, backend=chosen, config=config or SandboxConfig(), home=home)
+            return cls(task=task, backend=chosen, config=config, home=home)
         except BaseException:
-            shutil.rmtree(home, ignore_errors=True)
+            _remove_quietly(home)
             raise
 
     def adopt(self, task: Task) -> None:
@@ -164,11 +208,15 @@ class Sandbox:
         """
         digest = snapshot.digest if isinstance(snapshot, Snapshot) else snapshot
         home = cls._new_home(work_dir)
-        shutil.rmtree(home / "workspace")
         unpack = home / "unpack"
         try:
             state, workspace, memory = store.load(digest, unpack)
-            workspace.rename(home / "workspace")
+            config = config or _restored_config(state["config"])
+            if mount_workspace(home / "workspace", config.limits.workspace_bytes):
+                copy_tree(workspace, home / "workspace", exist_ok=True)
+            else:
+                (home / "workspace").rmdir()
+                workspace.rename(home / "workspace")
             chosen = _resolve_backend(backend or state["backend"], registry)
             if memory is not None and not chosen.memory_snapshots:
                 from composer_infra.sandbox.backend import BackendUnavailable
@@ -180,7 +228,7 @@ class Sandbox:
             sandbox = cls(
                 task=Task.model_validate(state["task"]),
                 backend=chosen,
-                config=config or _restored_config(state["config"]),
+                config=config,
                 home=home,
                 memory_image=memory,
                 todos=TodoList.model_validate(state["todos"]),
@@ -188,9 +236,9 @@ class Sandbox:
                 final_message=state["final_message"],
             )
         except BaseException:
-            shutil.rmtree(home, ignore_errors=True)
+            _remove_quietly(home)
             raise
-        shutil.rmtree(unpack, ignore_errors=True)
+        _remove_quietly(unpack)
         return sandbox
 
     def _state(self) -> dict[str, Any]:
@@ -221,13 +269,15 @@ class Sandbox:
         with self._lock:
             self._check_open()
             home = self._new_home(work_dir or self.home.parent)
-            shutil.rmtree(home / "workspace")
             image_dir = home / "image"
             image_dir.mkdir()
             try:
+                mount_workspace(home / "workspace", self.config.limits.workspace_bytes)
                 frozen = self.runtime.checkpoint(image_dir)
                 try:
-                    shutil.copytree(self.workspace, home / "workspace", symlinks=True)
+                    # Links stay links (never followed), FIFOs and sockets are made anew,
+                    # set-id bits are cleared; any depth.
+                    copy_tree(self.workspace, home / "workspace", exist_ok=True)
                 finally:
                     if frozen:
                         self.runtime.resume(image_dir)
@@ -242,10 +292,10 @@ class Sandbox:
                     final_message=self.final_message,
                 )
             except BaseException:
-                shutil.rmtree(home, ignore_errors=True)
+                _remove_quietly(home)
                 raise
             finally:
-                shutil.rmtree(image_dir, ignore_errors=True)
+                _remove_quietly(image_dir)
 
     # -- tools -----------------------------------------------------------------------
 
@@ -279,9 +329,11 @@ class Sandbox:
                 return getattr(self, f"_tool_{name}")(args)
             except PathError as exc:
                 return ToolResult.failure(str(exc))
-            except (OSError, RuntimeError) as exc:
-                # The sandbox itself broke (its container died, its disk vanished): the
-                # episode gets an error it can report, the caller's loop goes on.
+            except Exception as exc:
+                # The sandbox itself broke (its container died, its disk vanished), or
+                # something we did not foresee: the episode gets an error it can
+                # report, the caller's loop goes on.
+                log.exception("sandbox %s: %s failed", self.id, name)
                 return ToolResult.failure(f"sandbox error: {type(exc).__name__}: {exc}")
 
     def read_file(self, path: str) -> ToolResult:
@@ -340,7 +392,11 @@ class Sandbox:
         return ToolResult.success(text, truncated=cut)
 
     def _tool_run(self, args: RunArgs) -> ToolResult:
-        timeout = min(args.timeout or self.config.command_timeout, self.config.max_command_timeout)
+        asked = self.config.command_timeout if args.timeout is None else args.timeout
+        try:
+            timeout = check_timeout(asked, self.config.max_command_timeout, "run")
+        except ValueError as exc:
+            return ToolResult.failure(str(exc), malformed=True)
         result = self.runtime.run(args.command, timeout=timeout)
         data = result.model_dump()
         del data["output"]
@@ -368,22 +424,22 @@ class Sandbox:
     # -- tests -------------------------------------------------------------------------
 
     def run_tests(self, timeout: float | None = None) -> TestReport:
-        """Run the task's test command in the sandbox; pytest reports each test (JUnit XML)."""
+        """Grade: run the task's test command; pytest reports each test (JUnit XML).
+
+        Everything the policy's commands started is killed first (`Runtime.kill_all`,
+        by pid namespace or cgroup), and the report is written where the backend keeps
+        other commands out (`Runtime.grade`), so a process the policy left running
+        cannot rewrite it. `timeout` defaults to `max_command_timeout`; a timeout that
+        is not a finite number of seconds in (0, max_command_timeout] is a ValueError.
+        """
+        limit = self.config.max_command_timeout
+        timeout = limit if timeout is None else check_timeout(timeout, limit, "run_tests")
         with self._lock:
             self._check_open()
-            report_name = f".composer-junit-{uuid.uuid4().hex}.xml"
-            guest = self.runtime.guest_workspace
-            command = (
-                f'export PYTEST_ADDOPTS="--junitxml={guest}/{report_name} -p no:cacheprovider '
-                f'$PYTEST_ADDOPTS"; {self.task.test_command}'
-            )
-            result = self.runtime.run(command, timeout=timeout or self.config.max_command_timeout)
-            try:
-                xml: str | None = self._read_text(report_name)
-            except PathError:
-                xml = None
-            (self.workspace / report_name).unlink(missing_ok=True)
-            return build_report(result, xml)
+            self.runtime.kill_all()
+            result, xml = self.runtime.grade(self.task.test_command, timeout=timeout)
+            text = xml.decode("utf-8", errors="replace") if xml is not None else None
+            return build_report(result, text)
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -406,8 +462,8 @@ class Sandbox:
             try:
                 self.runtime.close()
             finally:
-                if not keep_files:
-                    shutil.rmtree(self.home, ignore_errors=True)
+                if not keep_files and not _remove_quietly(self.home):
+                    raise RuntimeError(f"sandbox {self.id}: could not delete {self.home}")
 
     def __enter__(self) -> Sandbox:
         return self

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Args(BaseModel):
@@ -37,7 +37,14 @@ class ListFilesArgs(_Args):
 
 class RunArgs(_Args):
     command: str = Field(min_length=1)
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, command: str) -> str:
+        if "\x00" in command:
+            raise ValueError("a command cannot contain NUL bytes (\\x00); remove them")
+        return command
 
 
 class TodoArgs(_Args):

@@ -7,6 +7,8 @@ import secrets
 import shutil
 from pathlib import Path
 
+from composer_infra.sandbox.tree import DirCache, walk
+
 SANDBOX_UID_BASE = 200_000
 SANDBOX_UID_SPAN = 100_000
 
@@ -43,10 +45,10 @@ def give_tree(root: Path, owner: tuple[int, int] | None) -> None:
     if owner is None:
         return
     os.chown(root, *owner, follow_symlinks=False)
-    for top, dirs, files, top_fd in os.fwalk(root):
-        del top
-        for name in dirs + files:
-            os.chown(name, *owner, dir_fd=top_fd, follow_symlinks=False)
+    with DirCache(root) as dirs:
+        for entry in walk(root):  # iterative: a restored 1,500-level tree is fine
+            fd, name = dirs.of(entry.relative)
+            os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
 
 
 def find_tool(name: str) -> str | None:

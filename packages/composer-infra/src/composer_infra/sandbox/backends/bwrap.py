@@ -13,17 +13,30 @@ Each `run` is one `bwrap` invocation:
   own unprivileged uid with no capabilities and no-new-privs (so RLIMIT_NPROC holds);
 - `--die-with-parent` and the pid namespace: when the command ends or is killed,
   the namespace's init dies and the kernel kills every process left in it,
-  including daemons that called setsid.
+  including daemons that called setsid, whatever they are named and however fast
+  they fork; `run` returns only once the namespace is gone;
+- where the host gives us cgroups (`cgroups.py`), every command of the sandbox runs
+  in the sandbox's cgroup: a memory and a pids limit on all its processes together;
+- grading (`grade`) gets a directory of its own, bound at /composer-grading for the
+  test command only, where pytest writes the JUnit report: no other command of the
+  sandbox ever sees it, and it is read after the test command's namespace is gone.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
-from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
+from composer_infra.sandbox.backend import (
+    BackendUnavailable,
+    Runtime,
+    SandboxBackend,
+    junit_command,
+    read_report,
+)
 from composer_infra.sandbox.backends._common import (
     ETC_DIRS,
     ETC_FILES,
@@ -34,10 +47,15 @@ from composer_infra.sandbox.backends._common import (
     give_tree,
     processes_of_current_user,
 )
+from composer_infra.sandbox.cgroups import SandboxCgroup
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
+from composer_infra.sandbox.tree import remove_tree
+
+GRADING_DIR = "/composer-grading"
+"""Where the test command (and only it) finds the directory its report goes to."""
 
 
 def bwrap_binary() -> Path | None:
@@ -137,7 +155,10 @@ class BwrapRuntime(Runtime):
         prlimit = find_tool("prlimit")
         if prlimit is None:
             raise BackendUnavailable("bwrap backend needs util-linux's prlimit in /usr/bin")
+        self.state_dir = state_dir
         self._prefix = self._build_prefix(binary, state_dir, prlimit, uid, gid)
+        limits = config.limits
+        self.cgroup = SandboxCgroup.create(limits.sandbox_memory_bytes, limits.processes)
 
     def _build_prefix(
         self, binary: Path, state_dir: Path, prlimit: str, uid: int, gid: int
@@ -168,6 +189,10 @@ class BwrapRuntime(Runtime):
             "/proc",
             "--dev",
             "/dev",
+            # World-writable and sticky, as /tmp is everywhere: as root, bwrap would
+            # make it root-owned 0755 and the sandbox user could not write to it.
+            "--perms",
+            "1777",
             "--size",
             str(limits.tmp_bytes),
             "--tmpfs",
@@ -208,8 +233,13 @@ class BwrapRuntime(Runtime):
         return args
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
+        return self._run(command, timeout=timeout)
+
+    def _run(self, command: str, *, timeout: float, extra: tuple[str, ...] = ()) -> CommandResult:
         info = _InfoPipe()
-        argv = [self._prefix[0], "--info-fd", str(info.write_fd), *self._prefix[1:]]
+        argv = [self._prefix[0], "--info-fd", str(info.write_fd), *extra, *self._prefix[1:]]
+        if self.cgroup is not None:
+            argv = [*self.cgroup.enter_argv(), *argv]
         if self.owner is None:
             # Sandboxes share our uid, and RLIMIT_NPROC counts all of its processes.
             already = processes_of_current_user()
@@ -228,8 +258,27 @@ class BwrapRuntime(Runtime):
         finally:
             info.close()
 
+    def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """The test command with a report directory that only it sees (see the module doc)."""
+        grading = self.state_dir / f"grading-{secrets.token_hex(8)}"
+        grading.mkdir(mode=0o700)
+        try:
+            if self.owner is not None:
+                os.chown(grading, *self.owner)
+            result = self._run(
+                junit_command(f"{GRADING_DIR}/report.xml", test_command),
+                timeout=timeout,
+                extra=("--bind", str(grading), GRADING_DIR),
+            )
+            return result, read_report(grading / "report.xml")
+        finally:
+            remove_tree(grading)
+
     def close(self) -> None:
-        """Nothing runs between commands, so there is nothing to stop."""
+        """Nothing runs between commands; the cgroup (if any) is removed."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
 
 class BwrapBackend(SandboxBackend):

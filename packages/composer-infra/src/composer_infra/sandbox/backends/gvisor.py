@@ -12,9 +12,22 @@ worker) starts a new container from that image with `runsc restore`, so a proces
 that was running carries on from the same state. This is what the report's VM
 platform does with Firecracker snapshots.
 
-After each command, every process in the container except init and the processes
-started with `start_background` is killed from inside, so a daemon cannot outlive
-the command that started it.
+Every command runs in a pid namespace of its own inside the container (`unshare
+--pid --fork --kill-child`, entered as root with only the capabilities that needs,
+which `setpriv` then drops with the switch to the sandbox's unprivileged uid). When
+the command's shell exits, gVisor kills every process of that namespace, as Linux
+does: a daemon, a fork chain or a process with a newline in its name cannot
+outlive the command, and one holding the command's output open cannot make `run`
+wait for its timeout. On a timeout the namespace's creator is killed by its pid
+(`--internal-pid-file`), which takes the namespace with it. `kill_all` (before
+grading) kills every process in the container but its init with `kill(-1)` from
+inside, background processes included.
+
+Files: commands run as a fresh unprivileged uid (so what they make is owned by it
+on the host, never by root); the workspace is mounted nosuid and nodev; /tmp is a
+tmpfs of `tmp_bytes`, mode 1777. Grading (after `kill_all`) writes its report into a
+directory the host makes under /composer-grading with a random name, after the
+kill, and reads once the test command's namespace is gone (see `grade`).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,26 +45,38 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
-from composer_infra.sandbox.backends._common import ETC_DIRS, ETC_FILES, find_tool
+from composer_infra.sandbox.backend import (
+    BackendUnavailable,
+    Runtime,
+    SandboxBackend,
+    junit_command,
+    read_report,
+)
+from composer_infra.sandbox.backends._common import (
+    ETC_DIRS,
+    ETC_FILES,
+    GROUP_TEMPLATE,
+    PASSWD_TEMPLATE,
+    allocate_owner,
+    find_tool,
+    give_tree,
+)
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
+from composer_infra.sandbox.tree import remove_tree
 
-# Kill every process but init, this shell and the sessions of background processes
-# (each is started as a session leader, so its children share its session id); repeat
-# until none is left, so a fork bomb's children born during a pass die in the next.
-SWEEP_ATTEMPTS = 20
-_SWEEP = (
-    "i=0; while [ $i -lt 200 ]; do i=$((i+1)); n=0; "
-    'for p in /proc/[0-9]*; do p="${p#/proc/}"; '
-    '{ [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue; '
-    'read -r _ _ _ _ _ sid _ < "/proc/$p/stat" 2>/dev/null || continue; '
-    'case " $KEEP " in *" $sid "*) continue;; esac; '
-    'kill -9 "$p" 2>/dev/null && n=$((n+1)); done; '
-    "[ $n -eq 0 ] && break; done; true"
+# Run as root inside the container with these capabilities only: enough to make the
+# command's pid namespace and to switch to the sandbox user, which drops them all.
+_COMMAND_CAPS = tuple(
+    f"--cap={cap}" for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 )
+# kill(-1) signals every process but init and the caller; repeat until none is left
+# (a process forked while the kill went round dies in the next pass).
+_KILL_ALL = "n=0; while kill -9 -1 2>/dev/null && [ $n -lt 100000 ]; do n=$((n+1)); done; true"
+GRADING_DIR = "/composer-grading"
+KILL_ATTEMPTS = 20
 
 
 # The container's init: it only reaps. Orphans (a killed fork bomb's children, daemons)
@@ -121,12 +147,41 @@ class GVisorRuntime(Runtime):
         self.container = f"composer-{uuid.uuid4().hex[:16]}"
         self.flags = _global_flags(state_dir / "runsc")
         self.bundle = state_dir / "bundle"
+        self.grading = state_dir / "grading"
         self.keep: list[int] = []
         self.running = False
-        prlimit = find_tool("prlimit")
-        if prlimit is None:
-            raise BackendUnavailable("gvisor backend needs util-linux's prlimit in /usr/bin")
-        self._limits = [prlimit, *config.limits.prlimit_args(), "--"]
+        tools = {name: find_tool(name) for name in ("prlimit", "setpriv", "unshare")}
+        missing = [name for name, path in tools.items() if path is None]
+        if missing:
+            raise BackendUnavailable(f"gvisor backend needs util-linux's {', '.join(missing)}")
+        saved_owner = memory_image / "owner.json" if memory_image is not None else None
+        if saved_owner is not None and saved_owner.exists():
+            # The saved processes run as the uid they were started with.
+            uid, gid = json.loads(saved_owner.read_text())
+            self.owner: tuple[int, int] | None = (uid, gid)
+        else:
+            self.owner = allocate_owner()
+        give_tree(workspace, self.owner)
+        uid, gid = self.owner or (0, 0)
+        (state_dir / "passwd").write_text(PASSWD_TEMPLATE.format(uid=uid, gid=gid))
+        (state_dir / "group").write_text(GROUP_TEMPLATE.format(gid=gid))
+        self.grading.mkdir(mode=0o700, exist_ok=True)
+        if self.owner is not None:
+            os.chown(self.grading, *self.owner)
+        self._drop = [
+            str(tools["setpriv"]),
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            str(tools["prlimit"]),
+            *config.limits.prlimit_args(),
+            "--",
+        ]
+        self._unshare = str(tools["unshare"])
         self._write_bundle()
         self._start(memory_image)
 
@@ -147,7 +202,12 @@ class GVisorRuntime(Runtime):
                 "destination": "/tmp",
                 "type": "tmpfs",
                 "source": "tmpfs",
-                "options": ["nosuid", "nodev"],
+                "options": [
+                    "nosuid",
+                    "nodev",
+                    "mode=1777",
+                    f"size={self.config.limits.tmp_bytes}",
+                ],
             },
             {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]},
         ]
@@ -176,12 +236,29 @@ class GVisorRuntime(Runtime):
                         "options": ["rbind", "ro"],
                     }
                 )
+        for name in ("passwd", "group"):
+            mounts.append(
+                {
+                    "destination": f"/etc/{name}",
+                    "type": "bind",
+                    "source": str(self.state_dir / name),
+                    "options": ["rbind", "ro"],
+                }
+            )
         mounts.append(
             {
                 "destination": SANDBOX_ROOT,
                 "type": "bind",
                 "source": str(self.workspace),
-                "options": ["rbind", "rw"],
+                "options": ["rbind", "rw", "nosuid", "nodev"],
+            }
+        )
+        mounts.append(
+            {
+                "destination": GRADING_DIR,
+                "type": "bind",
+                "source": str(self.grading),
+                "options": ["rbind", "rw", "nosuid", "nodev"],
             }
         )
         limits = self.config.limits
@@ -264,50 +341,113 @@ class GVisorRuntime(Runtime):
 
     # -- commands ------------------------------------------------------------------
 
-    def _exec_argv(self, *command: str) -> list[str]:
+    def _exec_argv(self, *command: str, extra: tuple[str, ...] = ()) -> list[str]:
         env = [f"--env={k}={v}" for k, v in self.env.items()]
         return [
             self.binary,
             *self.flags,
             "exec",
             f"--cwd={SANDBOX_ROOT}",
+            *extra,
             *env,
             self.container,
             *command,
         ]
 
-    def _sweep(self) -> None:
-        # While a fork bomb still fills the process table, `runsc exec` itself can fail to
-        # start the sweep; try again until one sweep has run to the end.
-        keep = " ".join(str(p) for p in self.keep)
-        for _ in range(SWEEP_ATTEMPTS):
+    def _kill_pid(self, pid: int) -> None:
+        self._runsc("kill", f"--pid={pid}", self.container, "KILL", timeout=30)
+
+    def run(self, command: str, *, timeout: float) -> CommandResult:
+        pid_file = self.state_dir / f"exec-{uuid.uuid4().hex[:12]}.pid"
+        argv = self._exec_argv(
+            self._unshare,
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--",
+            *self._drop,
+            "/bin/sh",
+            "-c",
+            command,
+            extra=(*_COMMAND_CAPS, f"--internal-pid-file={pid_file}"),
+        )
+        try:
+            result = run_capped(
+                argv,
+                env={"PATH": "/usr/bin:/bin"},
+                timeout=timeout,
+                output_limit=self.config.output_limit,
+                output_kill_limit=self.config.output_kill_limit,
+            )
+            if result.timed_out or result.killed_for_output:
+                # Killing `runsc exec` on the host leaves the command running inside:
+                # kill the namespace's creator, whose death (--kill-child) ends the
+                # namespace's init and so every process in it.
+                try:
+                    pid = int(pid_file.read_text().strip())
+                except (OSError, ValueError):
+                    self.kill_all()  # it never got a pid: take no chances
+                else:
+                    self._kill_pid(pid)
+            return result
+        finally:
+            pid_file.unlink(missing_ok=True)
+
+    def kill_all(self) -> None:
+        """kill(-1) from inside until nothing but init is left (background processes too)."""
+        for _ in range(KILL_ATTEMPTS):
+            # While a fork bomb fills the process table `runsc exec` itself can fail.
             result = subprocess.run(
-                self._exec_argv("/usr/bin/env", f"KEEP={keep}", "/bin/sh", "-c", _SWEEP),
+                self._exec_argv("/bin/sh", "-c", _KILL_ALL, extra=("--cap=CAP_KILL",)),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=60,
                 check=False,
             )
             if result.returncode == 0:
+                self.keep = []
                 return
             time.sleep(0.2)
-
-    def run(self, command: str, *, timeout: float) -> CommandResult:
-        return run_capped(
-            self._exec_argv(*self._limits, "/bin/sh", "-c", command),
-            env={"PATH": "/usr/bin:/bin"},
-            timeout=timeout,
-            output_limit=self.config.output_limit,
-            output_kill_limit=self.config.output_kill_limit,
-            after_exit=self._sweep,
+        raise RuntimeError(
+            "could not kill the gVisor sandbox's processes: "
+            f"{result.stderr.decode(errors='replace')[-500:]}"
         )
+
+    def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """Run the tests with the report in a fresh, randomly named directory.
+
+        The caller has run `kill_all`, so the test command's own processes are the only
+        ones in the sandbox while the directory exists; they are gone (their namespace
+        ended) before the report is read. The directory is made by the host after the
+        kill, under /composer-grading (a host directory bound into the container, which
+        the host empties first), so nothing planted earlier is read as the report.
+        """
+        self._empty_grading()
+        name = secrets.token_hex(16)
+        report_dir = self.grading / name
+        report_dir.mkdir(mode=0o700)
+        if self.owner is not None:
+            os.chown(report_dir, *self.owner)
+        try:
+            result = self.run(
+                junit_command(f"{GRADING_DIR}/{name}/report.xml", test_command), timeout=timeout
+            )
+            return result, read_report(report_dir / "report.xml")
+        finally:
+            self._empty_grading()
+
+    def _empty_grading(self) -> None:
+        # The bound directory itself must stay (the container's mount points at it).
+        for entry in list(self.grading.iterdir()):
+            remove_tree(entry)
 
     def start_background(self, command: str) -> None:
         # nohup execs setsid, which (not being a group leader) makes a session with the
-        # same pid: $! is then the session id the sweep spares.
+        # same pid; $! is that pid. It lives in the container's own pid namespace, so
+        # the commands' namespaces do not end it; `kill_all` does.
         launcher = f"nohup setsid /bin/sh -c {_quote(command)} >/dev/null 2>&1 </dev/null & echo $!"
         result = subprocess.run(
-            self._exec_argv(*self._limits, "/bin/sh", "-c", launcher),
+            self._exec_argv(*self._drop, "/bin/sh", "-c", launcher, extra=_COMMAND_CAPS),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
@@ -328,6 +468,7 @@ class GVisorRuntime(Runtime):
         self._runsc("delete", "--force", self.container, timeout=30)
         self.running = False
         (image_dir / "background.json").write_text(json.dumps(self.keep))
+        (image_dir / "owner.json").write_text(json.dumps(self.owner))
         return True
 
     def resume(self, image_dir: Path) -> None:
