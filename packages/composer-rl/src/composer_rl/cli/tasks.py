@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,15 +18,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.set_defaults(handler=list_tasks)
     export = sub.add_parser("export", help="write tasks as task directories or one JSONL file")
     export.add_argument("out", type=Path, help="a directory, or a file ending in .jsonl")
-    export.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    export.add_argument("--per-template", type=int, default=0, help="0: all")
+    export.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="which split to write (default: heldout)",
+    )
+    export.add_argument(
+        "--per-template", type=int, default=0, help="tasks per template (default 0: all)"
+    )
     export.set_defaults(handler=export_tasks)
     check = sub.add_parser(
         "validate", help="check that oracles pass and unsolved repositories fail (in sandboxes)"
     )
     check.add_argument("path", type=Path, nargs="?", help="tasks on disk (default: built-ins)")
-    check.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    check.add_argument("--per-template", type=int, default=1)
+    check.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="split of the built-ins to check (default: heldout)",
+    )
+    check.add_argument(
+        "--per-template", type=int, default=1, help="built-in tasks per template (default: 1)"
+    )
     check.add_argument("--backend", help="sandbox backend (default: bwrap)")
     check.set_defaults(handler=validate_tasks)
 
@@ -71,22 +86,42 @@ def export_tasks(args: argparse.Namespace) -> int:
 
 
 def validate_tasks(args: argparse.Namespace) -> int:
+    """Exit 0 when every task is valid, 1 when some are not (each is reported with its
+    reason, and the rest are still checked), 2 when the path holds no readable task."""
     from composer_rl.agent.oracle import play_oracle
     from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
-    from composer_rl.tasks import Split, collect_tasks, load_tasks, sample_tasks
+    from composer_rl.tasks import Split, TaskFormatError, collect_tasks, load_tasks, sample_tasks
+    from composer_rl.tasks.checks import oracle_failure_reason, unsolved_pass_reason
 
+    problems: list[TaskFormatError] = []
     if args.path:
-        tasks = load_tasks(args.path)
+        try:
+            tasks = load_tasks(args.path, problems=problems)
+        except TaskFormatError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if not tasks:
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {args.path}: no task could be read", file=sys.stderr)
+            return 2
     else:
         tasks = sample_tasks(collect_tasks(Split(args.split)), args.per_template)
-    bad = 0
+    for problem in problems:
+        print(f"malformed: {problem}")
+    bad = len(problems)
     for task in tasks:
         demo = play_oracle(task, backend=args.backend)
         with open_sandbox(task, args.backend) as sandbox:
             unsolved = grade_sandbox(sandbox, task)
-        ok = demo.solved and not unsolved.all_passed
-        bad += not ok
-        status = "ok" if ok else ("oracle fails" if not demo.solved else "unsolved passes")
+        if not demo.solved:
+            status = "oracle fails: " + oracle_failure_reason(task, demo.test_output)
+        elif unsolved.all_passed:
+            status = "unsolved passes: " + unsolved_pass_reason(unsolved.passed)
+        else:
+            status = "ok"
+        bad += status != "ok"
         print(f"{task.id}: {status}")
-    print(f"{len(tasks) - bad}/{len(tasks)} tasks valid")
+    total = len(tasks) + len(problems)
+    print(f"{total - bad}/{total} tasks valid")
     return 1 if bad else 0
