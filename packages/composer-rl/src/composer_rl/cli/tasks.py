@@ -46,21 +46,60 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def list_tasks(args: argparse.Namespace) -> int:
+    """Per template: category, difficulty, split sizes and the median size of its tasks;
+    then per category the medians of changed lines and description length (both splits),
+    the two axes on which CursorBench differs from public benchmarks."""
     from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+    from composer_rl.tasks.stats import medians, medians_by_category
 
+    console = Console()
     table = Table(title="built-in task templates")
-    for column in ("template", "category", "difficulty", "train", "heldout"):
-        table.add_column(column)
+    for column in ("template", "category", "difficulty", "train", "heldout", "lines", "chars"):
+        table.add_column(column, justify="left" if column in ("template", "category") else "right")
+    everything = []
+    totals = Counter[str]()
     for t in BUILTIN_TEMPLATES:
-        counts = Counter(s for s in (Split.TRAIN, Split.HELDOUT) for _ in t.tasks(s))
+        train, heldout = list(t.tasks(Split.TRAIN)), list(t.tasks(Split.HELDOUT))
+        everything += train + heldout
+        totals.update(train=len(train), heldout=len(heldout))
+        m = medians(train + heldout)
         table.add_row(
             t.name,
             t.category.value,
             str(t.difficulty),
-            str(counts[Split.TRAIN]),
-            str(counts[Split.HELDOUT]),
+            str(len(train)),
+            str(len(heldout)),
+            f"{m.changed_lines:g}",
+            f"{m.description_chars:g}",
         )
-    Console().print(table)
+    table.add_section()
+    m = medians(everything)
+    table.add_row(
+        "all",
+        "",
+        "",
+        str(totals["train"]),
+        str(totals["heldout"]),
+        f"{m.changed_lines:g}",
+        f"{m.description_chars:g}",
+    )
+    console.print(table)
+    console.print(
+        "lines: median changed lines of the oracle's diff (added + removed); "
+        "chars: median description length"
+    )
+    by_category = Table(title="medians per category (both splits)")
+    for column in ("category", "tasks", "changed lines", "files changed", "description chars"):
+        by_category.add_column(column, justify="left" if column == "category" else "right")
+    for name, row in medians_by_category(everything).items():
+        by_category.add_row(
+            name,
+            str(row.tasks),
+            f"{row.changed_lines:g}",
+            f"{row.files_changed:g}",
+            f"{row.description_chars:g}",
+        )
+    console.print(by_category)
     return 0
 
 
