@@ -116,3 +116,26 @@ def test_new_templates_have_short_instructions_and_both_splits(name: str) -> Non
     assert max(len(t.instruction) for t in heldout + train) < 200
     assert all(t.solution for t in heldout)
     assert all(Edit.model_validate(e.model_dump()) == e for e in heldout[0].solution)
+
+
+def test_task_content_does_not_depend_on_the_hash_seed() -> None:
+    """A task's text must be the same in every interpreter run (a set's repr is not)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from composer_rl.eval.bench import bench_digest\n"
+        "from composer_rl.tasks import BUILTIN_TEMPLATES, Split\n"
+        "print(bench_digest([t for tpl in BUILTIN_TEMPLATES[13:] for t in tpl.tasks(Split.HELDOUT)]))\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1

@@ -1,9 +1,12 @@
-"""``composer-rl eval``: pass@1 / pass@k of a checkpoint on held-out tasks."""
+"""``composer-rl eval``: pass@1 / pass@k of a checkpoint on held-out tasks, the frozen bench
+with its five side evals (``--suite bench``), or two checkpoints side by side
+(``--compare A B``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,9 +20,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=Path("runs/stage1/sft/final"),
         help="a model directory with tokenizer.json (default: the stage-one SFT result)",
     )
+    parser.add_argument(
+        "--suite",
+        default="heldout",
+        choices=["heldout", "bench"],
+        help="heldout: the held-out split, sampled per template; bench: the frozen "
+        "CursorBench-style set plus the five side evals (default: heldout)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="two checkpoints (or eval JSON reports) to run on the same tasks and print side "
+        "by side, e.g. the SFT and the RL checkpoint; replaces --checkpoint",
+    )
     parser.add_argument("--tasks", type=Path, help="task directory or JSONL instead of built-ins")
-    parser.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    parser.add_argument("--per-template", type=int, default=4, help="tasks per template (0: all)")
+    parser.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="split of --suite heldout (default: heldout)",
+    )
+    parser.add_argument(
+        "--per-template",
+        type=int,
+        default=4,
+        help="tasks per template for --suite heldout (0: all; default: 4)",
+    )
     parser.add_argument("--samples", type=int, default=1, help="episodes per task (n)")
     parser.add_argument("--k", type=int, nargs="+", default=[1], help="k values for pass@k")
     parser.add_argument("--temperature", type=float, help="default: 0 for n=1, else 0.8")
@@ -34,20 +62,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=main)
 
 
-def main(args: argparse.Namespace) -> int:
-    from composer_rl.agent.episode import RunnerConfig
-    from composer_rl.eval import EvalConfig, print_summary, run_eval, write_report
+def _tasks(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    """(suite label, tasks) for the command line."""
+    from composer_rl.eval.bench import BENCH_VERSION, bench_tasks
+    from composer_rl.eval.side import side_tasks
     from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
 
-    bad_k = [k for k in args.k if k > args.samples]
-    if bad_k:
-        raise SystemExit(f"error: pass@k needs k <= --samples ({args.samples}); got {bad_k}")
+    if args.suite == "bench":
+        if args.tasks:
+            raise SystemExit("error: --suite bench is a fixed set; drop --tasks")
+        return BENCH_VERSION, bench_tasks() + side_tasks()
     sources = [DirectoryTaskSource("user", args.tasks)] if args.tasks else None
     tasks = collect_tasks(Split(args.split), sources=sources)
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template, seed=args.seed)
     if not tasks:
         raise SystemExit(f"error: no {args.split} tasks found")
+    return args.split, tasks
+
+
+def main(args: argparse.Namespace) -> int:
+    from composer_rl.agent.episode import RunnerConfig
+    from composer_rl.eval import EvalConfig, print_summary, run_eval, write_report
+    from composer_rl.eval.evaluate import load_summary
+    from composer_rl.eval.table import print_comparison
+
+    bad_k = [k for k in args.k if k > args.samples]
+    if bad_k:
+        raise SystemExit(f"error: pass@k needs k <= --samples ({args.samples}); got {bad_k}")
+    suite, tasks = _tasks(args)
     temperature = (
         args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     )
@@ -64,9 +107,30 @@ def main(args: argparse.Namespace) -> int:
             grading_workers=args.workers,
         ),
     )
-    summary, results = run_eval(args.checkpoint, tasks, config, threads=args.threads)
+
+    def evaluate(checkpoint: Path, out: Path | None) -> dict[str, Any]:
+        if checkpoint.is_file() and checkpoint.suffix == ".json":
+            try:
+                return load_summary(checkpoint)
+            except ValueError as exc:
+                raise SystemExit(f"error: {exc}") from exc
+        summary, results = run_eval(checkpoint, tasks, config, threads=args.threads)
+        summary["suite"] = suite
+        report = out or checkpoint.parent / f"eval_{suite}.json"
+        write_report(summary, results, report)
+        print(f"report: {report}")
+        return summary
+
+    if args.compare:
+        a_path, b_path = args.compare
+        a, b = evaluate(a_path, None), evaluate(b_path, None)
+        if a.get("suite", "heldout") != b.get("suite", "heldout"):
+            raise SystemExit(
+                f"error: A was evaluated on {a.get('suite', 'heldout')!r} and B on "
+                f"{b.get('suite', 'heldout')!r}; compare results of the same suite"
+            )
+        print_comparison(a, b, (str(a_path), str(b_path)))
+        return 0
+    summary = evaluate(args.checkpoint, args.out)
     print_summary(summary)
-    out = args.out or args.checkpoint.parent / f"eval_{args.split}.json"
-    write_report(summary, results, out)
-    print(f"report: {out}")
     return 0

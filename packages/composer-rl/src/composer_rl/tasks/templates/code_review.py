@@ -24,8 +24,14 @@ from pathlib import Path
 def test_review_names_exactly_the_defects():
     text = Path({review!r}).read_text()
     found = set(re.findall(r"([A-Za-z_][A-Za-z0-9_/]*\\.py):(\\d+)", text))
-    assert found == {expected!r}
+    assert found == {expected}
 """
+
+
+def set_literal(items: set[tuple[str, str]]) -> str:
+    """A set's source text in sorted order (a set's repr follows hash order, which changes
+    between interpreter runs, and the task's text must not)."""
+    return "{" + ", ".join(repr(item) for item in sorted(items)) + "}"
 
 
 def added_diff(files: dict[str, str]) -> str:
@@ -88,7 +94,7 @@ class ReviewDiff(Template):
         files = {path: source, DIFF_FILE: added_diff({path: source})}
         tests = {
             f"{GRADING_DIR}/test_task.py": LOCATIONS_CHECK.format(
-                review=REVIEW_FILE, expected={(path, str(line))}
+                review=REVIEW_FILE, expected=set_literal({(path, str(line))})
             )
         }
         instruction = (
@@ -226,7 +232,7 @@ class ReviewAndFix(Template):
         tests = {
             f"{GRADING_DIR}/test_task.py": CHANGE_TESTS.format(fn=fn),
             f"{GRADING_DIR}/test_review.py": LOCATIONS_CHECK.format(
-                review=REVIEW_FILE, expected=locations
+                review=REVIEW_FILE, expected=set_literal(locations)
             ),
         }
         instruction = (
