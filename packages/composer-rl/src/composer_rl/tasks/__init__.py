@@ -13,6 +13,7 @@ from composer_rl.tasks.sources import (
     collect_tasks,
     sample_tasks,
 )
+from composer_rl.tasks.swebench import SWEBenchTaskSource
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template, split_of
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Category",
     "DirectoryTaskSource",
     "Edit",
+    "SWEBenchTaskSource",
     "Split",
     "Task",
     "TaskFormatError",
