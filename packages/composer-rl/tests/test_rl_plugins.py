@@ -33,7 +33,7 @@ def test_example_plugin_added_mid_run_scores_from_the_next_step(
     model = tiny_checkpoint(tmp_path / "sft")
     run = tmp_path / "run"
     flags = {
-        "model": str(model), "run-dir": str(run), "local": "true", "loop.steps": "6",
+        "model": str(model), "run-dir": str(run), "local": "true", "loop.steps": "12",
         "tasks.per-template": "2", "rollout.max-turns": "2", "rollout.max-new-tokens": "24",
         "rollout.max-seq-len": "512", "loop.group-size": "2", "loop.groups-per-step": "1",
         "loop.drop-constant-groups": "false", "eval.per-template": "0",
@@ -61,6 +61,10 @@ def test_example_plugin_added_mid_run_scores_from_the_next_step(
     (step,) = added
     for row in rows:
         assert ("late" in row["plugins_registered"]) == (row["step"] >= step)
-    episodes = _rows(run / "episodes" / "episodes.jsonl")
-    assert any("tests_touched" in e["components"] for e in episodes)
-    assert not any("tests_touched" in e["components"] for e in episodes[:2])
+    assert step < rows[-1]["step"], "the plugin came too late to score anything"
+    episodes = [e for e in _rows(run / "episodes" / "episodes.jsonl") if e["reward"] is not None]
+    after = [e for e in episodes if e["scored_after_step"] >= step]
+    before = [e for e in episodes if e["scored_after_step"] < step]
+    assert after and before
+    assert all("tests_touched" in e["components"] for e in after)
+    assert not any("tests_touched" in e["components"] for e in before)

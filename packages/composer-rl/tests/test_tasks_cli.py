@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 
 from composer_rl.cli import main
-from composer_rl.tasks import load_tasks, save_tasks_jsonl
+from composer_rl.tasks import BUILTIN_TEMPLATES, load_tasks, save_tasks_jsonl
 
 
 def test_list_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tasks", "list"]) == 0
     assert "fix_operator" in capsys.readouterr().out
     assert main(["tasks", "export", str(tmp_path / "t.jsonl"), "--per-template", "1"]) == 0
-    assert len(load_tasks(tmp_path / "t.jsonl")) == 13
+    assert len(load_tasks(tmp_path / "t.jsonl")) == len(BUILTIN_TEMPLATES)
     out = tmp_path / "dirs"
     assert main(["tasks", "export", str(out), "--per-template", "1", "--split", "train"]) == 0
-    assert len(load_tasks(out)) == 13
+    assert len(load_tasks(out)) == len(BUILTIN_TEMPLATES)
 
 
 def test_validate_flags_a_broken_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

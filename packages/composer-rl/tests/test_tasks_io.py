@@ -61,7 +61,7 @@ def test_path_escaping_the_repository_is_rejected(tmp_path: Path, some_tasks: li
     data["files"] = {"../evil.py": "x"}
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(data) + "\n")
-    with pytest.raises(TaskFormatError, match="stay inside the repository"):
+    with pytest.raises(TaskFormatError, match="points outside the repository"):
         load_tasks(path)
 
 

@@ -300,8 +300,23 @@ class EpisodeRunner:
         request_id = self.engine.add_request(state.ids, params)
         self._live[request_id] = state
 
+    def user_turn(self, result: EpisodeResult) -> str | None:
+        """Text of a user turn to put into the context before the episode's next turn.
+
+        None here; a subclass uses it to interrupt an episode with a new instruction (the
+        interruption side evaluation). The text is context: never trained on.
+        """
+        return None
+
     def _summarize_or_submit(self, state: _Live) -> None:
-        """Continue the episode; first ask for a summary if the next turn could overflow."""
+        """Continue the episode: a user turn if one is due, then a summary if the next turn
+        could overflow the context budget."""
+        turn = self.user_turn(state.result)
+        if turn:
+            ids = self.tokenizer.encode(turn)
+            state.ids += ids
+            state.result.record.add_context(ids)
+            state.result.transcript.segments.append(Segment("prompt", turn))
         done = len(state.result.summaries)
         if should_summarize(len(state.ids), self.config.max_new_tokens, done, self.config.summary):
             request = self.tokenizer.encode(SUMMARY_REQUEST)

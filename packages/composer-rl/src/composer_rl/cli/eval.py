@@ -1,8 +1,11 @@
-"""``composer-rl eval``: pass@1 / pass@k of a checkpoint on held-out tasks."""
+"""``composer-rl eval``: pass@1 / pass@k of a checkpoint on held-out tasks, the frozen bench
+with its five side evals (``--suite bench``), or two checkpoints side by side
+(``--compare A B``)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=Path("runs/stage1/sft/final"),
         help="a model directory with tokenizer.json (default: the stage-one SFT result)",
     )
+    parser.add_argument(
+        "--suite",
+        default="heldout",
+        choices=["heldout", "bench"],
+        help="heldout: the held-out split, sampled per template; bench: the frozen "
+        "CursorBench-style set plus the five side evals (default: heldout)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="two checkpoints (or eval JSON reports) to run on the same tasks and print side "
+        "by side, e.g. the SFT and the RL checkpoint; replaces --checkpoint",
+    )
     parser.add_argument("--tasks", type=Path, help="task directory or JSONL instead of built-ins")
-    parser.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    parser.add_argument("--per-template", type=int, default=4, help="tasks per template (0: all)")
+    parser.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="split of --suite heldout (default: heldout)",
+    )
+    parser.add_argument(
+        "--per-template",
+        type=int,
+        default=4,
+        help="tasks per template for --suite heldout (0: all; default: 4)",
+    )
     parser.add_argument("--samples", type=int, default=1, help="episodes per task (n)")
     parser.add_argument("--k", type=int, nargs="+", default=[1], help="k values for pass@k")
     parser.add_argument("--temperature", type=float, help="default: 0 for n=1, else 0.8")
@@ -51,11 +79,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=main)
 
 
+def _tasks(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    """(suite label, tasks) for the command line."""
+    from composer_rl.eval.bench import BENCH_VERSION, bench_tasks
+    from composer_rl.eval.side import side_tasks
+    from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
+
+    if args.suite == "bench":
+        if args.tasks:
+            raise SystemExit("error: --suite bench is a fixed set; drop --tasks")
+        return BENCH_VERSION, bench_tasks() + side_tasks()
+    sources = [DirectoryTaskSource("user", args.tasks)] if args.tasks else None
+    tasks = collect_tasks(Split(args.split), sources=sources)
+    if args.per_template:
+        tasks = sample_tasks(tasks, args.per_template, seed=args.seed)
+    if not tasks:
+        raise SystemExit(f"error: no {args.split} tasks found")
+    return args.split, tasks
+
+
 def main(args: argparse.Namespace) -> int:
     from composer_rl.agent.episode import RunnerConfig
     from composer_rl.eval import EvalConfig, print_summary, run_eval, write_report
+    from composer_rl.eval.evaluate import load_summary
+    from composer_rl.eval.table import print_comparison
     from composer_rl.plugins import PluginSession
-    from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
 
     plugin_config = _read_config(args.config) if args.config else {}
     try:  # a bad [plugins] section is reported before the model loads
@@ -66,16 +114,10 @@ def main(args: argparse.Namespace) -> int:
     bad_k = [k for k in args.k if k > args.samples]
     if bad_k:
         raise SystemExit(f"error: pass@k needs k <= --samples ({args.samples}); got {bad_k}")
-    sources = [DirectoryTaskSource("user", args.tasks)] if args.tasks else None
-    tasks = collect_tasks(Split(args.split), sources=sources)
-    if args.per_template:
-        tasks = sample_tasks(tasks, args.per_template, seed=args.seed)
-    if not tasks:
-        raise SystemExit(f"error: no {args.split} tasks found")
+    suite, tasks = _tasks(args)
     temperature = (
         args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     )
-    out = args.out or args.checkpoint.parent / f"eval_{args.split}.json"
     config = EvalConfig(
         samples=args.samples,
         k_values=tuple(sorted(set(args.k))),
@@ -89,13 +131,38 @@ def main(args: argparse.Namespace) -> int:
             grading_workers=args.workers,
         ),
         plugin_config=plugin_config,
-        run_dir=args.run_dir or out.with_suffix(""),
         tasks_per_step=args.tasks_per_step,
     )
-    summary, results = run_eval(args.checkpoint, tasks, config, threads=args.threads)
+
+    def evaluate(checkpoint: Path, out: Path | None) -> dict[str, Any]:
+        if checkpoint.is_file() and checkpoint.suffix == ".json":
+            try:
+                return load_summary(checkpoint)
+            except ValueError as exc:
+                raise SystemExit(f"error: {exc}") from exc
+        report = out or checkpoint.parent / f"eval_{suite}.json"
+        # plugins/ and metrics.jsonl of this evaluation (`composer-rl plugins ... --run`).
+        run_dir = args.run_dir if args.run_dir and not args.compare else report.with_suffix("")
+        summary, results = run_eval(
+            checkpoint, tasks, replace(config, run_dir=run_dir), threads=args.threads
+        )
+        summary["suite"] = suite
+        write_report(summary, results, report)
+        print(f"report: {report}")
+        return summary
+
+    if args.compare:
+        a_path, b_path = args.compare
+        a, b = evaluate(a_path, None), evaluate(b_path, None)
+        if a.get("suite", "heldout") != b.get("suite", "heldout"):
+            raise SystemExit(
+                f"error: A was evaluated on {a.get('suite', 'heldout')!r} and B on "
+                f"{b.get('suite', 'heldout')!r}; compare results of the same suite"
+            )
+        print_comparison(a, b, (str(a_path), str(b_path)))
+        return 0
+    summary = evaluate(args.checkpoint, args.out)
     print_summary(summary)
-    write_report(summary, results, out)
-    print(f"report: {out}")
     return 0
 
 

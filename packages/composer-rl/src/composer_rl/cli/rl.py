@@ -30,10 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _fmt(pair: tuple[float, float]) -> str:
-    mean, se = pair
-    if math.isnan(mean):
-        return "-"
-    return f"{mean:.3f}" + ("" if math.isnan(se) else f" ± {se:.3f}")
+    from composer_rl.eval.stats import format_se
+
+    return "-" if math.isnan(pair[0]) else format_se(*pair)
 
 
 def main(args: argparse.Namespace) -> int:

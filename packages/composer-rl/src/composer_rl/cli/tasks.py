@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,35 +18,88 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.set_defaults(handler=list_tasks)
     export = sub.add_parser("export", help="write tasks as task directories or one JSONL file")
     export.add_argument("out", type=Path, help="a directory, or a file ending in .jsonl")
-    export.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    export.add_argument("--per-template", type=int, default=0, help="0: all")
+    export.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="which split to write (default: heldout)",
+    )
+    export.add_argument(
+        "--per-template", type=int, default=0, help="tasks per template (default 0: all)"
+    )
     export.set_defaults(handler=export_tasks)
     check = sub.add_parser(
         "validate", help="check that oracles pass and unsolved repositories fail (in sandboxes)"
     )
     check.add_argument("path", type=Path, nargs="?", help="tasks on disk (default: built-ins)")
-    check.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    check.add_argument("--per-template", type=int, default=1)
+    check.add_argument(
+        "--split",
+        default="heldout",
+        choices=["heldout", "train"],
+        help="split of the built-ins to check (default: heldout)",
+    )
+    check.add_argument(
+        "--per-template", type=int, default=1, help="built-in tasks per template (default: 1)"
+    )
     check.add_argument("--backend", help="sandbox backend (default: bwrap)")
     check.set_defaults(handler=validate_tasks)
 
 
 def list_tasks(args: argparse.Namespace) -> int:
+    """Per template: category, difficulty, split sizes and the median size of its tasks;
+    then per category the medians of changed lines and description length (both splits),
+    the two axes on which CursorBench differs from public benchmarks."""
     from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+    from composer_rl.tasks.stats import medians, medians_by_category
 
+    console = Console()
     table = Table(title="built-in task templates")
-    for column in ("template", "category", "difficulty", "train", "heldout"):
-        table.add_column(column)
+    for column in ("template", "category", "difficulty", "train", "heldout", "lines", "chars"):
+        table.add_column(column, justify="left" if column in ("template", "category") else "right")
+    everything = []
+    totals = Counter[str]()
     for t in BUILTIN_TEMPLATES:
-        counts = Counter(s for s in (Split.TRAIN, Split.HELDOUT) for _ in t.tasks(s))
+        train, heldout = list(t.tasks(Split.TRAIN)), list(t.tasks(Split.HELDOUT))
+        everything += train + heldout
+        totals.update(train=len(train), heldout=len(heldout))
+        m = medians(train + heldout)
         table.add_row(
             t.name,
             t.category.value,
             str(t.difficulty),
-            str(counts[Split.TRAIN]),
-            str(counts[Split.HELDOUT]),
+            str(len(train)),
+            str(len(heldout)),
+            f"{m.changed_lines:g}",
+            f"{m.description_chars:g}",
         )
-    Console().print(table)
+    table.add_section()
+    m = medians(everything)
+    table.add_row(
+        "all",
+        "",
+        "",
+        str(totals["train"]),
+        str(totals["heldout"]),
+        f"{m.changed_lines:g}",
+        f"{m.description_chars:g}",
+    )
+    console.print(table)
+    console.print(
+        "lines: median changed lines of the oracle's diff (added + removed); "
+        "chars: median description length"
+    )
+    by_category = Table(title="medians per category (both splits)")
+    for column in ("category", "tasks", "changed lines", "files changed", "description chars"):
+        by_category.add_column(column, justify="left" if column == "category" else "right")
+    for name, row in medians_by_category(everything).items():
+        by_category.add_row(
+            name,
+            str(row.tasks),
+            f"{row.changed_lines:g}",
+            f"{row.files_changed:g}",
+            f"{row.description_chars:g}",
+        )
+    console.print(by_category)
     return 0
 
 
@@ -71,22 +125,42 @@ def export_tasks(args: argparse.Namespace) -> int:
 
 
 def validate_tasks(args: argparse.Namespace) -> int:
+    """Exit 0 when every task is valid, 1 when some are not (each is reported with its
+    reason, and the rest are still checked), 2 when the path holds no readable task."""
     from composer_rl.agent.oracle import play_oracle
     from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
-    from composer_rl.tasks import Split, collect_tasks, load_tasks, sample_tasks
+    from composer_rl.tasks import Split, TaskFormatError, collect_tasks, load_tasks, sample_tasks
+    from composer_rl.tasks.checks import oracle_failure_reason, unsolved_pass_reason
 
+    problems: list[TaskFormatError] = []
     if args.path:
-        tasks = load_tasks(args.path)
+        try:
+            tasks = load_tasks(args.path, problems=problems)
+        except TaskFormatError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if not tasks:
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {args.path}: no task could be read", file=sys.stderr)
+            return 2
     else:
         tasks = sample_tasks(collect_tasks(Split(args.split)), args.per_template)
-    bad = 0
+    for problem in problems:
+        print(f"malformed: {problem}")
+    bad = len(problems)
     for task in tasks:
         demo = play_oracle(task, backend=args.backend)
         with open_sandbox(task, args.backend) as sandbox:
             unsolved = grade_sandbox(sandbox, task)
-        ok = demo.solved and not unsolved.all_passed
-        bad += not ok
-        status = "ok" if ok else ("oracle fails" if not demo.solved else "unsolved passes")
+        if not demo.solved:
+            status = "oracle fails: " + oracle_failure_reason(task, demo.test_output)
+        elif unsolved.all_passed:
+            status = "unsolved passes: " + unsolved_pass_reason(unsolved.passed)
+        else:
+            status = "ok"
+        bad += status != "ok"
         print(f"{task.id}: {status}")
-    print(f"{len(tasks) - bad}/{len(tasks)} tasks valid")
+    total = len(tasks) + len(problems)
+    print(f"{total - bad}/{total} tasks valid")
     return 1 if bad else 0

@@ -4,7 +4,8 @@ For every task, `samples` episodes run in sandboxes (in parallel, batched throug
 inference engine); the hidden tests decide pass or fail. Reported per category, per
 difficulty and overall: pass@1 and unbiased pass@k, mean reward components from the
 composer-rewards plugins, tokens per episode, the rate of well-formed tool calls and the
-rate of syntactically valid Python in the files the model wrote.
+rate of syntactically valid Python in the files the model wrote. Every pass@k and every
+mean score comes with its standard error over tasks (`composer_rl.eval.stats`).
 
 The episodes run in steps of `tasks_per_step` tasks. With a `run_dir`, each step begins at
 a plugin step boundary (`composer_rl.plugins.PluginSession`): `composer-rl plugins
@@ -12,12 +13,17 @@ add|remove --run RUN_DIR` change the reward and monitor plugins of a running eva
 each step's episodes are scored right after they finish, and one line a step goes to
 ``RUN_DIR/metrics.jsonl``. The plugins are those of `composer_rl.plugins.build_plugin_manager`
 (built-ins, installed entry points, `plugin_config`'s specs and block list, configured).
+
+Suites: `heldout` (the held-out split, sampled per template) and `bench` (the frozen
+CursorBench-style set of `composer_rl.eval.bench` plus the five side evals of
+`composer_rl.eval.side`, each scored on its own).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -30,8 +36,10 @@ import torch
 
 from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained
 from composer_rewards import EpisodeScore, PluginScorer
-from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, episode_view
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig, episode_view
 from composer_rl.eval.passk import pass_at_k
+from composer_rl.eval.side import InterruptingRunner, side_scores
+from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import PluginSession, build_plugin_manager
 from composer_rl.tasks.model import Task
 
@@ -98,7 +106,7 @@ def _group_rows(
         row: dict[str, Any] = {"tasks": len(tasks)}
         for k in k_values:
             if k <= samples:
-                row[f"pass@{k}"] = statistics.fmean(
+                row[f"pass@{k}"], row[f"pass@{k}_se"] = mean_se(
                     pass_at_k(len(eps), sum(e.solved for e in eps), k) for eps in tasks
                 )
         rows[label] = row
@@ -116,14 +124,26 @@ def summarize(
     if scores is None:
         scorer = plugin_scorer(config)
         scores = [scorer.score(episode_view(r, tokenizer)) for r in results]
-    components: dict[str, list[float]] = defaultdict(list)
-    totals: list[float] = []
+    side = side_scores(results)
+    kept = [
+        (r, score)
+        for r, score in zip(results, scores, strict=True)
+        if "side_eval" not in r.task.metadata
+    ]
+    results = [r for r, _ in kept]
+    components: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    totals: dict[str, list[float]] = defaultdict(list)
     plugin_failures = 0
-    for score in scores:
-        totals.append(score.total)
+    for r, score in kept:
+        totals[r.task.id].append(score.total)
         plugin_failures += len(score.failures)
         for sc in score.components:
-            components[sc.component.name].append(sc.component.weighted)
+            components[sc.component.name][r.task.id].append(sc.component.weighted)
+    reward_total = mean_se(statistics.fmean(v) for v in totals.values())
+    reward_components = {
+        name: mean_se(statistics.fmean(v) for v in per_task.values())
+        for name, per_task in sorted(components.items())
+    }
     valid = total_py = 0
     for r in results:
         v, t = python_validity(r)
@@ -138,11 +158,16 @@ def summarize(
         "tasks": len({r.task.id for r in results}),
         "samples_per_task": config.samples,
         "seconds": seconds,
-        "overall": _group_rows(results, "all", config.k_values, config.samples)["all"],
+        "overall": _group_rows(results, "all", config.k_values, config.samples).get(
+            "all", {"tasks": 0}
+        ),
         "by_category": _group_rows(results, "category", config.k_values, config.samples),
         "by_difficulty": _group_rows(results, "difficulty", config.k_values, config.samples),
-        "reward_total_mean": statistics.fmean(totals) if totals else 0.0,
-        "reward_components_mean": {k: statistics.fmean(v) for k, v in sorted(components.items())},
+        "reward_total_mean": reward_total[0],
+        "reward_total_se": reward_total[1],
+        "reward_components_mean": {k: v[0] for k, v in reward_components.items()},
+        "reward_components_se": {k: v[1] for k, v in reward_components.items()},
+        "side_evals": side,
         "reward_plugin_failures": plugin_failures,
         "tokens_per_episode": statistics.fmean(r.generated_tokens for r in results)
         if results
@@ -207,7 +232,7 @@ def _run_steps(
         plugin_metrics = session.step_boundary(step) if session is not None else {}
         # A seed per step, so that sampled episodes of different steps differ.
         step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
-        chunk = EpisodeRunner(engine, tokenizer, step_runner).run(
+        chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
             tasks[start : start + per_step], config.samples
         )
         chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]
@@ -251,6 +276,8 @@ def write_report(summary: dict[str, Any], results: list[EpisodeResult], path: Pa
             "difficulty": r.task.difficulty,
             "sample": r.sample,
             "solved": r.solved,
+            "side_eval": r.task.metadata.get("side_eval"),
+            "final_message": r.final_message,
             "stop_reason": r.stop_reason,
             "generated_tokens": r.generated_tokens,
             "calls": [
@@ -261,4 +288,36 @@ def write_report(summary: dict[str, Any], results: list[EpisodeResult], path: Pa
         }
         for r in results
     ]
-    path.write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=2) + "\n")
+    report = _finite({"summary": summary, "episodes": episodes})
+    path.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    """NaN (an undefined standard error) as null, so the report is strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    """The summary of a report `write_report` wrote (null standard errors back to NaN)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        summary = data["summary"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: not an evaluation report written by composer-rl eval ({exc})"
+        ) from exc
+    return dict(_nan_back(summary))
+
+
+def _nan_back(value: Any, key: str = "") -> Any:
+    if value is None and key.endswith("_se"):
+        return math.nan
+    if isinstance(value, dict):
+        return {k: _nan_back(v, key if key.endswith("_se") else k) for k, v in value.items()}
+    return value

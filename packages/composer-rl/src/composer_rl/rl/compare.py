@@ -9,27 +9,15 @@ is far tighter than two independent errors because task difficulty cancels.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
 from composer_rl.eval import EvalConfig, pass_at_k, run_eval
+from composer_rl.eval.stats import mean_se
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
-
-
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and its standard error (sample standard deviation / sqrt(n))."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = statistics.fmean(values)
-    if n == 1:
-        return mean, math.nan
-    return mean, statistics.stdev(values) / math.sqrt(n)
 
 
 @dataclass
@@ -137,7 +125,6 @@ __all__ = [
     "PolicyScores",
     "comparison_rows",
     "heldout_tasks",
-    "mean_se",
     "paired_margin",
     "score_policy",
 ]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from composer_rl.plugins.settings import PluginSettings
 from composer_rl.rl.trainer import RLLossConfig
+from composer_rl.tasks.model import Category
 
 
 class _Section(BaseModel):
@@ -79,6 +80,11 @@ class TasksSection(_Section):
         default=0, ge=0, description="training tasks per template (0: every one)"
     )
     source: Path | None = Field(default=None, description="task directory instead of built-ins")
+    mix: dict[Category, float] | None = Field(
+        default=None,
+        description="category weights of the sampler (None: composer_rl.tasks.TaskMix's "
+        "defaults, feature iteration the largest share)",
+    )
 
 
 class EvalSection(_Section):

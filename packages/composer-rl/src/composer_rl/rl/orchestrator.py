@@ -317,6 +317,7 @@ class Orchestrator:
             self._sandbox_s += scored.sandbox_seconds
             if scored.reward is None:
                 self.counters.episodes_infra_failed += 1
+            scored.record["scored_after_step"] = self.step
             group.episodes.append(scored)
             self._window.append(scored)
             if self.on_episode is not None:
@@ -466,6 +467,7 @@ class Orchestrator:
             "step_seconds": seconds,
             **{f"count_{k}": v for k, v in vars(self.counters).items()},
             "tasks_drawn": len(self.sampler.drawn),
+            **self.sampler.realised_mix(),
         }
         self._gen_tokens = 0
         self._trainer_idle_s = 0.0

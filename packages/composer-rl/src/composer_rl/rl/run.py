@@ -37,7 +37,7 @@ from composer_rl.rl.summarize import SummaryConfig
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
 from composer_rl.services.training import TrainingConfig, TrainingService
-from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
+from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
 
 
@@ -278,8 +278,13 @@ def run_rl(
         if config.loop.upsample_hard_after is not None
         else None
     )
+    mix = TaskMix(weights=config.tasks.mix) if config.tasks.mix is not None else TaskMix()
     sampler = TaskSampler(
-        training_tasks(config), config.seed, upsampling, state_path=run_dir / "sampler.json"
+        training_tasks(config),
+        config.seed,
+        upsampling,
+        state_path=run_dir / "sampler.json",
+        mix=mix,
     )
     handles = start_local(config, store_url) if config.local else start_ray(config, store_url)
     log = RunLog(run_dir)

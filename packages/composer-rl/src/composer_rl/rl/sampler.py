@@ -1,11 +1,13 @@
-"""Which prompt comes next: a single epoch over the training tasks, with hard-item upsampling.
+"""Which prompt comes next: a single epoch over the task mix, with hard-item upsampling.
 
-Single epoch is a promise across kills and resumes: the set of tasks already handed out is
-the sampler's state, saved (atomically) every time it changes, so a resumed run never draws
-a prompt twice. Later in a run the report upsamples harder items; here "harder" is learned
-from earlier attempts of the same kind of task (category and difficulty): the turns and
-generated tokens their episodes took. A task is still never drawn twice; upsampling only
-changes the order in which the remaining ones come.
+Each draw picks a category by the mix's weights (`composer_rl.tasks.TaskMix`: feature
+iteration the largest share by default), then the next task of that category in a seeded
+order. Single epoch is a promise across kills and resumes: the tasks already handed out are
+the sampler's state, saved (atomically) on every draw, so a resumed run never draws a prompt
+twice, and each draw's randomness is a function of (seed, draw number) only. Later in a run
+the report upsamples harder items; here "harder" is learned from earlier attempts of the
+same kind of task (category and difficulty): the turns and generated tokens their episodes
+took. A task is still never drawn twice; upsampling only changes which remaining one comes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer_infra.checkpoint import atomic_write_bytes
-from composer_rl.tasks.model import Task
+from composer_rl.tasks.mix import TaskMix, mix_metrics
+from composer_rl.tasks.model import Category, Task
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class TaskSampler:
         seed: int = 0,
         upsampling: UpsamplingConfig | None = None,
         state_path: Path | None = None,
+        mix: TaskMix | None = None,
     ) -> None:
         ids = [t.id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -47,6 +51,15 @@ class TaskSampler:
         self.tasks = {t.id: t for t in tasks}
         self.order = sorted(ids)
         random.Random(seed).shuffle(self.order)
+        self.mix = mix or TaskMix()
+        self.pools: dict[Category, list[str]] = defaultdict(list)
+        for task_id in self.order:
+            self.pools[self.tasks[task_id].category].append(task_id)
+        if not any(self.mix.weights.get(c, 0) > 0 for c in self.pools):
+            raise ValueError(
+                "the task mix gives weight 0 to every category these tasks have "
+                f"({sorted(c.value for c in self.pools)}); change the mix or the tasks"
+            )
         self.seed = seed
         self.upsampling = upsampling
         self.state_path = state_path
@@ -60,9 +73,23 @@ class TaskSampler:
     def remaining(self) -> int:
         return len(self.order) - len(self.drawn)
 
+    def _remaining_pools(self) -> dict[Category, list[Task]]:
+        return {
+            category: [self.tasks[t] for t in ids if t not in self._drawn_set][:64]
+            for category, ids in self.pools.items()
+        }
+
     @property
     def exhausted(self) -> bool:
-        return self.remaining == 0
+        """No task left in any category the mix draws from (weight 0 ones are never drawn)."""
+        return not any(
+            self.mix.weights.get(c, 0) > 0 and any(t not in self._drawn_set for t in ids)
+            for c, ids in self.pools.items()
+        )
+
+    def realised_mix(self) -> dict[str, float]:
+        """Share of each category among the tasks drawn so far (`mix/<category>` metrics)."""
+        return mix_metrics(self.tasks[t] for t in self.drawn)
 
     def record_effort(self, task: Task, turns: float, tokens: float) -> None:
         """What an attempt at `task` took (more turns and tokens: harder)."""
@@ -84,13 +111,11 @@ class TaskSampler:
         """The next task, or None when the epoch is over."""
         if self.exhausted:
             return None
-        window = [t for t in self.order if t not in self._drawn_set][:64]
+        rng = random.Random(f"{self.seed}:{len(self.drawn)}")
+        pools = self._remaining_pools()
+        window = [t.id for t in pools[self.mix.draw_category(rng, pools)]]
         weights = self._weights(window)
-        if weights is None:
-            chosen = window[0]
-        else:
-            rng = random.Random(f"{self.seed}:{len(self.drawn)}")
-            chosen = rng.choices(window, weights=weights, k=1)[0]
+        chosen = window[0] if weights is None else rng.choices(window, weights=weights, k=1)[0]
         self.drawn.append(chosen)
         self._drawn_set.add(chosen)
         self._save()

@@ -20,7 +20,7 @@ import torch
 from composer_infra.store import WeightSubscriber, open_store
 from composer_model import ComposerTokenizer, InferenceEngine, compute_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
-from composer_rl.rl.compare import mean_se
+from composer_rl.eval.stats import mean_se
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.tasks.model import Task
 

@@ -13,7 +13,9 @@ Two formats, both plain text a person can write by hand:
 * a JSONL file: one `Task` per line, with `files` and `tests` as {path: content}.
 
 `load_tasks(path)` accepts a task directory, a directory of task directories, or a JSONL
-file, and every error names the file (and line) and what to change.
+file, and every error names the file (and line) and what to change. Given a `problems`
+list it reads on past malformed tasks, collecting one error for each, so that one bad
+task in a folder does not hide the others (`composer-rl tasks validate` reports each).
 """
 
 from __future__ import annotations
@@ -114,45 +116,80 @@ def save_tasks_jsonl(tasks: Iterable[Task], path: Path) -> Path:
     return path
 
 
-def load_tasks_jsonl(path: Path) -> list[Task]:
+def _read_jsonl_line(path: Path, number: int, line: str) -> Task:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TaskFormatError(f"{path}:{number}: invalid JSON: {exc.msg}") from exc
+    return _validate(data, f"{path}:{number}")
+
+
+def load_tasks_jsonl(path: Path, problems: list[TaskFormatError] | None = None) -> list[Task]:
     tasks: list[Task] = []
     with path.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskFormatError(f"{path}:{number}: invalid JSON: {exc.msg}") from exc
-            tasks.append(_validate(data, f"{path}:{number}"))
-    _check_unique(tasks, str(path))
-    return tasks
+                tasks.append(_read_jsonl_line(path, number, line))
+            except TaskFormatError as exc:
+                if problems is None:
+                    raise
+                problems.append(exc)
+    return _unique(tasks, str(path), problems)
 
 
-def _check_unique(tasks: list[Task], where: str) -> None:
+def _unique(tasks: list[Task], where: str, problems: list[TaskFormatError] | None) -> list[Task]:
+    """`tasks` with ids checked unique: an error, or (collecting) the later copies dropped."""
     seen: set[str] = set()
+    kept: list[Task] = []
     for task in tasks:
         if task.id in seen:
-            raise TaskFormatError(f"{where}: task id {task.id!r} appears twice; ids must be unique")
+            error = TaskFormatError(
+                f"{where}: task id {task.id!r} appears twice; ids must be unique"
+            )
+            if problems is None:
+                raise error
+            problems.append(error)
+            continue
         seen.add(task.id)
+        kept.append(task)
+    return kept
 
 
-def load_tasks(path: Path) -> list[Task]:
-    """Read a task directory, a directory of task directories, or a JSONL file."""
+def load_tasks(path: Path, problems: list[TaskFormatError] | None = None) -> list[Task]:
+    """Read a task directory, a directory of task directories, or a JSONL file.
+
+    Without `problems` the first malformed task raises `TaskFormatError`. With a list, each
+    malformed task directory, JSONL line or duplicate id is appended to it and skipped;
+    a path that holds no tasks at all still raises.
+    """
     path = Path(path)
     if not path.exists():
         raise TaskFormatError(f"{path}: no such file or directory")
     if path.is_file():
         if path.suffix != ".jsonl":
             raise TaskFormatError(f"{path}: a task file must be JSONL (ending in .jsonl)")
-        return load_tasks_jsonl(path)
+        return load_tasks_jsonl(path, problems)
     if (path / TASK_FILE).is_file():
         return [load_task_dir(path)]
-    tasks = [load_task_dir(child) for child in sorted(path.iterdir()) if child.is_dir()]
-    tasks += [t for f in sorted(path.glob("*.jsonl")) for t in load_tasks_jsonl(f)]
-    if not tasks:
+    tasks: list[Task] = []
+    found = 0
+    for child in sorted(path.iterdir()):
+        if not child.is_dir():
+            continue
+        found += 1
+        try:
+            tasks.append(load_task_dir(child))
+        except TaskFormatError as exc:
+            if problems is None:
+                raise
+            problems.append(exc)
+    for file in sorted(path.glob("*.jsonl")):
+        found += 1
+        tasks += load_tasks_jsonl(file, problems)
+    if not found:
         raise TaskFormatError(
             f"{path}: holds no tasks (expected {TASK_FILE}, task directories or *.jsonl files)"
         )
-    _check_unique(tasks, str(path))
-    return tasks
+    return _unique(tasks, str(path), problems)

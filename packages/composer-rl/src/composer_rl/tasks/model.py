@@ -21,7 +21,7 @@ DEFAULT_TEST_COMMAND = f"python -m pytest -q -p no:cacheprovider {GRADING_DIR}"
 
 
 class Category(StrEnum):
-    """The report's task mix."""
+    """The report's task mix (the order is the report's, largest share first)."""
 
     FEATURE_ITERATION = "feature_iteration"
     DEBUGGING = "debugging"
@@ -30,6 +30,10 @@ class Category(StrEnum):
     UNDERSTANDING = "understanding"
     DOCUMENTATION = "documentation"
     TESTING = "testing"
+    CODE_REVIEW = "code_review"
+    OPTIMISATION = "optimisation"
+    DEVOPS = "devops"
+    MIGRATION = "migration"
 
 
 class Split(StrEnum):
@@ -37,17 +41,35 @@ class Split(StrEnum):
     HELDOUT = "heldout"
 
 
+PATH_RULE = (
+    "a path relative to the repository root, with '/' between parts and no '.', '..' or "
+    "empty parts, such as 'pkg/module.py'"
+)
+
+
 def check_relative_path(path: str) -> str:
-    """A repository path must stay inside the repository: relative, normalised, no `..`."""
+    """A repository path must stay inside the repository: relative, normalised, no `..`.
+
+    The error says what is allowed rather than suggesting a rewrite: the normal form of a
+    path that leaves the repository (`../x.py`) still leaves it.
+    """
     if not path or path.startswith("/") or "\\" in path:
-        raise ValueError(f"file path {path!r} must be a non-empty relative POSIX path")
+        raise ValueError(f"file path {path!r} is not allowed: write {PATH_RULE}")
     normal = posixpath.normpath(path)
-    if normal != path or normal.startswith("..") or normal == ".":
+    if normal == ".." or normal.startswith("../"):
         raise ValueError(
-            f"file path {path!r} must be normalised and stay inside the repository "
-            f"(write it as {normal!r} without '..')"
+            f"file path {path!r} points outside the repository; tasks may only hold files "
+            f"inside it: write {PATH_RULE}"
         )
+    if normal != path or normal == ".":
+        raise ValueError(f"file path {path!r} is not normalised: write it as {normal!r}")
     return path
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    """A short, one-line rendering of `text` for error messages."""
+    shown = text if len(text) <= limit else text[: limit - 3] + "..."
+    return repr(shown)
 
 
 class Edit(BaseModel):
@@ -71,12 +93,12 @@ class Edit(BaseModel):
             out[self.path] = self.new
             return out
         if self.path not in files:
-            raise ValueError(f"edit of {self.path!r}: the file does not exist")
+            raise ValueError(f"edit of {self.path!r}: the file does not exist in the repository")
         count = files[self.path].count(self.old)
         if count != 1:
             raise ValueError(
-                f"edit of {self.path!r}: the text to replace occurs {count} times, it must "
-                "occur exactly once"
+                f"edit of {self.path!r}: the text to replace ({_snippet(self.old)}) occurs "
+                f"{count} times in the file, it must occur exactly once"
             )
         out[self.path] = files[self.path].replace(self.old, self.new)
         return out

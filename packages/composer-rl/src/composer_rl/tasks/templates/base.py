@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from composer_rl.tasks.model import Category, Edit, Split, Task
+from composer_rl.tasks.stats import changed_lines, files_changed
 
 Params = dict[str, Any]
 
@@ -59,6 +60,9 @@ class Template(ABC):
     def build(self, params: Params) -> Task:
         instruction, files, tests, solution = self.render(params)
         digest = hashlib.sha256(params_key(self.name, params).encode()).hexdigest()[:10]
+        after = dict(files)
+        for edit in solution:
+            after = edit.apply(after)
         return Task(
             id=f"{self.name}-{digest}",
             category=self.category,
@@ -73,6 +77,8 @@ class Template(ABC):
                 "split": split_of(self.name, params).value,
                 "context_files": self.context_files(params),
                 "source": "builtin",
+                "changed_lines": changed_lines(files, after),
+                "files_changed": files_changed(files, after),
             },
         )
 

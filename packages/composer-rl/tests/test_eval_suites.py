@@ -1,0 +1,236 @@
+"""Evaluation suites: standard errors, the frozen bench, the five side evals' graders, the
+interruption runner, and the CLI (--suite bench, --compare)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+from composer_infra.sandbox import TestReport
+from composer_model import ComposerModel, InferenceEngine, preset, save_pretrained, train_tokenizer
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig, _Live
+from composer_rl.agent.format import TOOL_CALL_END, ToolCall, render_call
+from composer_rl.agent.oracle import play_oracle
+from composer_rl.agent.sandboxes import open_sandbox
+from composer_rl.agent.transcript import Transcript
+from composer_rl.cli import main
+from composer_rl.eval import bench
+from composer_rl.eval.evaluate import EvalConfig, run_eval, write_report
+from composer_rl.eval.side import SIDE_BY_NAME, SIDE_EVALS, InterruptingRunner, side_tasks
+from composer_rl.eval.stats import format_se, mean_se
+from composer_rl.tasks import Split, Task, collect_tasks
+from composer_rl.tasks.stats import medians
+from composer_rl.tasks.templates.base import params_key
+
+
+def test_standard_error_over_tasks() -> None:
+    mean, se = mean_se([1, 0, 0, 1, 1, 0, 0, 0])
+    p, n = 3 / 8, 8
+    assert mean == p and se == pytest.approx(math.sqrt(p * (1 - p) / (n - 1)))
+    assert math.isnan(mean_se([1.0])[1])
+    assert format_se(0.25, 0.0612) == "0.250 ± 0.061"
+    assert format_se(0.25, math.nan) == "0.250"
+
+
+def test_bench_is_frozen_disjoint_larger_and_short() -> None:
+    tasks = bench.bench_tasks()
+    assert len(tasks) == len(bench.BENCH_TEMPLATES) * bench.BENCH_PER_TEMPLATE
+    assert {t.metadata["suite"] for t in tasks} == {bench.BENCH_VERSION}
+    train = collect_tasks(Split.TRAIN)
+    key = lambda t: params_key(t.metadata["template"], t.metadata["params"])  # noqa: E731
+    assert not {key(t) for t in tasks} & {key(t) for t in train}
+    content = lambda t: (t.instruction, tuple(sorted(t.files.items())))  # noqa: E731
+    assert not {content(t) for t in tasks} & {content(t) for t in train}
+    assert medians(tasks).changed_lines > medians(train).changed_lines
+    assert medians(tasks).description_chars <= medians(train).description_chars
+
+
+def test_bench_refuses_to_change_silently(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "BENCH_DIGEST", "0" * 64)
+    with pytest.raises(bench.BenchChangedError, match="Bump BENCH_VERSION"):
+        bench.bench_tasks()
+
+
+def _result(
+    task: Task, files: dict[str, str], message: str = "", passed: bool = True
+) -> EpisodeResult:
+    report = TestReport(passed=1 if passed else 0, failed=0 if passed else 1)
+    return EpisodeResult(
+        task=task,
+        sample=0,
+        transcript=Transcript.start(task.instruction),
+        finished=True,
+        final_message=message,
+        report=report,
+        files_after=files,
+    )
+
+
+def _side(name: str) -> list[Task]:
+    return SIDE_BY_NAME[name].tasks()
+
+
+def test_intent_grader() -> None:
+    task = _side("intent")[0]
+    grade = SIDE_BY_NAME["intent"].grade
+    assert grade(_result(task, task.files, "Which rate do you want?")) == 1.0
+    assert grade(_result(task, task.files, "Left it alone.")) == 0.5
+    edited = {k: v + "# changed\n" for k, v in task.files.items()}
+    assert grade(_result(task, edited, "What rate? I set 0.3 for now.")) == 0.0
+
+
+def test_instruction_following_grader_checks_the_diff() -> None:
+    task = _side("instruction_following")[0]
+    grade = SIDE_BY_NAME["instruction_following"].grade
+    assert grade(_result(task, task.solved_files())) == 1.0
+    helper_fix = {**task.files, "helpers.py": task.files["helpers.py"] + "\n# touched\n"}
+    assert grade(_result(task, helper_fix)) == 0.0
+    path = next(p for p in task.files if p != "helpers.py")
+    resigned = {**task.solved_files()}
+    resigned[path] = resigned[path].replace(
+        "def total(items, discount=0):", "def total(items, discount=0, extra=0):"
+    )
+    assert grade(_result(task, resigned)) == 0.0
+    assert grade(_result(task, task.solved_files(), passed=False)) == 0.0
+
+
+def test_eager_editing_grader_penalises_extra_lines() -> None:
+    tasks = _side("eager_editing")
+    grade = SIDE_BY_NAME["eager_editing"].grade
+    clean = next(t for t in tasks if not t.solution)
+    assert grade(_result(clean, clean.files)) == 1.0
+    touched = {k: v + "\n# reviewed\n" for k, v in clean.files.items()}
+    assert grade(_result(clean, touched)) == 0.0
+    broken = next(t for t in tasks if t.solution)
+    assert grade(_result(broken, broken.solved_files())) == 1.0
+    path = broken.solution[0].path
+    noisy = broken.solved_files()
+    noisy[path] = noisy[path] + "\n\ndef extra(a, b):\n    return a\n"
+    assert 0 < grade(_result(broken, noisy)) < 1.0
+
+
+def test_code_quality_grader_compares_with_the_oracle() -> None:
+    task = next(t for t in _side("code_quality") if t.metadata["template"] == "add_string_function")
+    grade = SIDE_BY_NAME["code_quality"].grade
+    assert grade(_result(task, task.solved_files())) == 1.0
+    path = task.solution[0].path
+    ugly = task.solved_files()
+    ugly[path] = "import os, sys\n" + ugly[path].replace("    return", "    x=1;  return")
+    assert grade(_result(task, ugly)) == 0.0
+    assert grade(_result(task, task.solved_files(), passed=False)) == 0.0
+
+
+def test_side_tasks_are_tagged_and_distinct() -> None:
+    tasks = side_tasks()
+    assert {t.metadata["side_eval"] for t in tasks} == {s.name for s in SIDE_EVALS}
+    assert len({t.id for t in tasks}) == len(tasks)
+    assert not {t.id for t in tasks} & {t.id for t in bench.bench_tasks()}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, ComposerModel]:
+    tasks = _side("interruption")[:2]
+    texts = [play_oracle(t, grade=False).transcript.text for t in tasks]
+    tokenizer = train_tokenizer(texts * 4, vocab_size=400)
+    torch.manual_seed(0)
+    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
+    checkpoint = tmp_path_factory.mktemp("ckpt") / "final"
+    save_pretrained(model, checkpoint)
+    tokenizer.save(checkpoint / "tokenizer.json")
+    return checkpoint, tokenizer, model
+
+
+def test_interruption_is_injected_after_the_first_call(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, tokenizer, model = tiny
+    task = _side("interruption")[0]
+    engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=512)
+    runner = InterruptingRunner(engine, tokenizer, RunnerConfig())
+    transcript = Transcript.start(task.instruction)
+    state = _Live(
+        EpisodeResult(task=task, sample=0, transcript=transcript),
+        open_sandbox(task),
+        transcript.encode(tokenizer)[0],
+    )
+    submitted: list[_Live] = []
+    try:
+        call = render_call(ToolCall("read_file", {"path": task.solution[0].path}))
+        ids = tokenizer.encode(call[: -len(TOOL_CALL_END)]) + tokenizer.encode(TOOL_CALL_END)
+        runner._advance(state, ids, submitted.append, lambda s, reason: None)
+        message = task.metadata["interrupt"]["message"]
+        assert submitted and message in state.result.transcript.text
+        assert tokenizer.decode(state.ids).endswith(f"{message}<|end_of_turn|><|assistant|>")
+        before = len(state.result.transcript.segments)
+        runner._advance(state, ids, submitted.append, lambda s, reason: None)
+        assert state.result.transcript.text.count(message) == 1  # injected once
+        assert len(state.result.transcript.segments) == before + 2
+    finally:
+        state.sandbox.close()
+
+
+def test_run_eval_scores_bench_and_side_evals_with_errors(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    checkpoint, _, _ = tiny
+    tasks = bench.bench_tasks()[:2] + [s.tasks()[0] for s in SIDE_EVALS]
+    config = EvalConfig(samples=1, runner=RunnerConfig(max_turns=1, max_new_tokens=4))
+    summary, results = run_eval(checkpoint, tasks, config)
+    assert summary["overall"]["tasks"] == 2 and "pass@1_se" in summary["overall"]
+    assert set(summary["side_evals"]) == {s.name for s in SIDE_EVALS}
+    assert all(row["tasks"] == 1 for row in summary["side_evals"].values())
+    assert "reward_total_se" in summary
+    write_report(summary, results, tmp_path / "a.json")
+    data = json.loads((tmp_path / "a.json").read_text())  # strict JSON: NaN written as null
+    assert data["summary"]["side_evals"]["intent"]["score_se"] is None  # one task: no SE
+    assert data["summary"]["overall"]["pass@1_se"] == 0.0  # two unsolved tasks
+
+
+def _report(path: Path, solved: list[int], side: float) -> Path:
+    mean, se = mean_se(solved)
+    row = {"tasks": len(solved), "pass@1": mean, "pass@1_se": se}
+    summary = {
+        "suite": "bench-v1",
+        "overall": row,
+        "by_category": {"migration": row},
+        "by_difficulty": {"difficulty 3": row},
+        "side_evals": {"intent": {"tasks": 8, "score": side, "score_se": 0.1, "what": "x"}},
+        "reward_total_mean": statistics.fmean(solved),
+        "reward_total_se": se,
+        "reward_components_mean": {},
+    }
+    path.write_text(json.dumps({"summary": summary, "episodes": []}))
+    return path
+
+
+def test_compare_prints_two_reports_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _report(tmp_path / "sft.json", [1, 0, 0, 0], 0.25)
+    b = _report(tmp_path / "rl.json", [1, 1, 0, 1], 0.5)
+    assert main(["eval", "--suite", "bench", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "pass@1 all" in out and "0.250 ± 0.250" in out and "0.750 ± 0.250" in out
+    assert "+0.500" in out and "side: intent" in out and "+0.250" in out
+    other = json.loads(b.read_text())
+    other["summary"]["suite"] = "heldout"
+    b.write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="same suite"):
+        main(["eval", "--compare", str(a), str(b)])
+
+
+@pytest.mark.slow
+def test_cli_bench_suite_end_to_end(
+    tiny, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    checkpoint, _, _ = tiny
+    out = tmp_path / "bench.json"
+    argv = ["eval", "--suite", "bench", "--checkpoint", str(checkpoint), "--out", str(out)]
+    assert main([*argv, "--max-turns", "1", "--max-new-tokens", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "side evaluations" in text and "±" in text
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["suite"] == bench.BENCH_VERSION
+    assert summary["overall"]["tasks"] == len(bench.bench_tasks())
+    assert len(summary["side_evals"]) == 5

@@ -1,0 +1,72 @@
+"""The RL sampler: single epoch over the task mix, across restarts, with hard-kind upsampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig, task_kind
+from composer_rl.tasks import Category, Split, TaskMix, collect_tasks, sample_tasks
+
+
+@pytest.fixture(scope="module")
+def tasks():  # type: ignore[no-untyped-def]
+    return sample_tasks(collect_tasks(Split.TRAIN), 20, seed=0)
+
+
+def test_single_epoch_and_the_mix(tasks) -> None:  # type: ignore[no-untyped-def]
+    sampler = TaskSampler(tasks, seed=3)
+    drawn = []
+    while (task := sampler.next()) is not None:
+        drawn.append(task.id)
+    assert sorted(drawn) == sorted(t.id for t in tasks)  # every task once, then None
+    # Early draws follow the mix: feature iteration is the largest share by default.
+    first = sampler.drawn[: len(tasks) // 3]
+    shares = TaskSampler(tasks, seed=3)
+    for _ in first:
+        shares.next()
+    realised = shares.realised_mix()
+    assert max(realised, key=realised.get) == "mix/feature_iteration"
+
+
+def test_resume_from_the_state_file_never_repeats(tmp_path: Path, tasks) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "sampler.json"
+    first = TaskSampler(tasks, seed=1, state_path=state)
+    a = [first.next().id for _ in range(10)]  # type: ignore[union-attr]
+    again = TaskSampler(tasks, seed=1, state_path=state)  # a restarted run
+    b = [again.next().id for _ in range(10)]  # type: ignore[union-attr]
+    assert not set(a) & set(b)
+    fresh = TaskSampler(tasks, seed=1)
+    assert [fresh.next().id for _ in range(20)] == a + b  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="seed"):
+        TaskSampler(tasks, seed=2, state_path=state)
+
+
+def test_weights_choose_categories(tasks) -> None:  # type: ignore[no-untyped-def]
+    only = TaskMix(weights={Category.DEBUGGING: 1.0})
+    sampler = TaskSampler(tasks, seed=0, mix=only)
+    drawn = []
+    while (task := sampler.next()) is not None:
+        drawn.append(task)
+    assert drawn and {t.category for t in drawn} == {Category.DEBUGGING}
+    with pytest.raises(ValueError, match="weight 0"):
+        TaskSampler([t for t in tasks if t.category != Category.DEBUGGING], mix=only)
+
+
+def test_hard_kinds_are_upsampled_without_reuse(tasks) -> None:  # type: ignore[no-untyped-def]
+    feature = [t for t in tasks if t.category == Category.FEATURE_ITERATION]
+    kinds = sorted({task_kind(t) for t in feature})
+    assert len(kinds) >= 2
+    hard = kinds[0]
+    up = UpsamplingConfig(after_fraction=0.0, strength=20.0)
+    sampler = TaskSampler(feature, seed=0, upsampling=up)
+    for t in feature:
+        sampler.record_effort(t, turns=8 if task_kind(t) == hard else 1, tokens=0)
+    first = [sampler.next() for _ in range(5)]
+    plain = TaskSampler(feature, seed=0)
+    share_hard = sum(task_kind(t) == hard for t in first) / 5  # type: ignore[arg-type]
+    share_plain = sum(task_kind(plain.next()) == hard for _ in range(5)) / 5  # type: ignore[arg-type]
+    assert share_hard >= share_plain
+    assert share_hard >= 0.8
+    assert len({t.id for t in first}) == 5  # type: ignore[union-attr]

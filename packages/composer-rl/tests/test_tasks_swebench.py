@@ -1,0 +1,148 @@
+"""SWE-bench-format instances against a git repository the test creates: loaded through the
+`composer_task_sources` hook, the oracle passes and the base commit fails (plain grader and
+sandbox), and every instance that cannot be loaded is explained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from composer_rl.agent.oracle import play_oracle
+from composer_rl.tasks import Split, grade_files, hookspecs
+from composer_rl.tasks.sources import collect_tasks
+from composer_rl.tasks.swebench import SWEBenchTaskSource
+
+hookimpl = pluggy.HookimplMarker("composer")
+
+CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+BASIC_TEST = "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+ADD_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    root = tmp_path_factory.mktemp("swe")
+    repo = root / "repos" / "acme__calc"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "calc.py").write_text(CALC)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_basic.py").write_text(BASIC_TEST)
+    (repo / "logo.bin").write_bytes(b"\x89PNG\x00\xff")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "calc.py").write_text(
+        CALC.replace("return a - b\n\n\ndef sub", "return a + b\n\n\ndef sub")
+    )
+    patch = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", ".")
+    (repo / "tests" / "test_add.py").write_text(ADD_TEST)
+    _git(repo, "add", "-N", "tests/test_add.py")
+    test_patch = _git(repo, "diff")
+    _git(repo, "reset", "-q")
+    (repo / "tests" / "test_add.py").unlink()
+    good = {
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": base,
+        "problem_statement": "add() subtracts.",
+        "patch": patch,
+        "test_patch": test_patch,
+        "FAIL_TO_PASS": json.dumps(["tests/test_add.py::test_add"]),
+        "PASS_TO_PASS": ["tests/test_basic.py::test_sub"],
+    }
+    return root, good
+
+
+def _source(root: Path, lines: list[str]) -> SWEBenchTaskSource:
+    path = root / "instances.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return SWEBenchTaskSource("swe", path, root / "repos")
+
+
+def test_loads_through_the_hook_and_grades_end_to_end(workspace) -> None:  # type: ignore[no-untyped-def]
+    root, good = workspace
+    source = _source(root, [json.dumps(good)])
+
+    class Plugin:
+        @hookimpl
+        def composer_task_sources(self) -> list[SWEBenchTaskSource]:
+            return [source]
+
+    pm = pluggy.PluginManager("composer")
+    pm.add_hookspecs(hookspecs)
+    pm.register(Plugin())
+    tasks = collect_tasks(Split.HELDOUT, sources=[], pm=pm)
+    assert [t.id for t in tasks] == ["acme__calc-1"] and source.skipped == []
+    assert collect_tasks(Split.TRAIN, sources=[], pm=pm) == []
+    task = tasks[0]
+    assert set(task.files) == {"calc.py", "tests/test_basic.py"}  # the binary file is left out
+    assert set(task.tests) == {"_grading/tests/test_add.py", "_grading/tests/test_basic.py"}
+    assert "_grading/tests/test_add.py::test_add" in task.test_command
+    solved = grade_files(task, task.solved_files())
+    assert solved.success and solved.passed == 2
+    unsolved = grade_files(task, task.files)
+    assert not unsolved.success and unsolved.failed == 1 and unsolved.passed == 1
+    demo = play_oracle(task)  # in a composer-infra sandbox
+    assert demo.solved
+
+
+def test_every_unloadable_instance_is_explained(workspace) -> None:  # type: ignore[no-untyped-def]
+    root, good = workspace
+    bad = [
+        "{not json",
+        json.dumps({k: v for k, v in good.items() if k != "patch"} | {"instance_id": "no-patch"}),
+        json.dumps(good | {"instance_id": "elsewhere", "repo": "acme/missing"}),
+        json.dumps(good | {"instance_id": "no-commit", "base_commit": "0" * 40}),
+        json.dumps(
+            good
+            | {
+                "instance_id": "stale",
+                "patch": good["patch"].replace("return a - b", "return a * b"),
+            }
+        ),
+        json.dumps(good | {"instance_id": "django", "FAIL_TO_PASS": ["test_add (tests.Calc)"]}),
+        json.dumps(
+            good | {"instance_id": "no-file", "PASS_TO_PASS": ["tests/test_gone.py::test_x"]}
+        ),
+        json.dumps(good | {"instance_id": "empty", "FAIL_TO_PASS": []}),
+        json.dumps(good),
+        json.dumps(good),
+    ]
+    source = _source(root, bad)
+    assert [t.id for t in source.load()] == ["acme__calc-1"]
+    reasons = {s.instance_id: s.reason for s in source.skipped}
+    assert len(source.skipped) == 9
+    assert "invalid JSON" in reasons["?"]
+    assert "missing field(s) ['patch']" in reasons["no-patch"]
+    assert "'acme/missing' is not on disk" in reasons["elsewhere"]
+    assert "is not a commit of" in reasons["no-commit"]
+    assert "patch does not apply at base_commit" in reasons["stale"]
+    assert "not a pytest node id" in reasons["django"]
+    assert "'tests/test_gone.py' is not in the repository" in reasons["no-file"]
+    assert "FAIL_TO_PASS is empty" in reasons["empty"]
+    assert "appears twice" in reasons["acme__calc-1"]
+    assert all(str(s).startswith(f"{root / 'instances.jsonl'}:") for s in source.skipped)
+
+
+def test_a_patch_that_deletes_a_file_is_explained(workspace) -> None:  # type: ignore[no-untyped-def]
+    root, good = workspace
+    deletion = (
+        "diff --git a/tests/test_basic.py b/tests/test_basic.py\n"
+        "deleted file mode 100644\n"
+        "--- a/tests/test_basic.py\n+++ /dev/null\n@@ -1,5 +0,0 @@\n"
+        + "".join(f"-{line}\n" for line in BASIC_TEST.splitlines())
+    )
+    source = _source(root, [json.dumps(good | {"patch": deletion})])
+    assert source.load() == []
+    assert "deletes or renames a file" in source.skipped[0].reason
