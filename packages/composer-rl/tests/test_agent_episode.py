@@ -64,3 +64,21 @@ def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
     assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"]
     assert result.finished and result.stop_reason == "finish"
     assert result.solved, result.report
+
+
+def test_cache_reuse_between_turns_changes_nothing_but_the_work() -> None:
+    """Each episode continues its own cache; the turns are token for token a full re-send's."""
+    tasks, _, tokenizer, model = _setup(n_tasks=2)
+    runs = {}
+    for reuse in (False, True):
+        engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=512)
+        config = RunnerConfig(max_turns=3, max_new_tokens=24, reuse_cache=reuse)
+        runs[reuse] = (EpisodeRunner(engine, tokenizer, config).run(tasks), engine)
+    (before, plain), (after, reusing) = runs[False], runs[True]
+    assert plain.stats.reused_tokens == 0
+    assert reusing.stats.reused_tokens > 0  # later turns reused the earlier context
+    assert reusing.num_parked == 0  # every episode's session ended with the episode
+    for a, b in zip(before, after, strict=True):
+        assert a.transcript.text == b.transcript.text
+        assert [c.call for c in a.calls] == [c.call for c in b.calls]
+        assert a.stop_reason == b.stop_reason and a.generated_tokens == b.generated_tokens

@@ -128,7 +128,7 @@ class MultiHeadLatentAttention(nn.Module):
         scores = torch.einsum("bnhr,blr->bhnl", q_latent, c_kv) + torch.einsum(
             "bnhd,bld->bhnl", q_rope, k_rope
         )
-        scores = scores.float() * self.scale
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale
         past_len = past.shape[1]
         key_idx = torch.arange(past_len + n, device=x.device)
         query_idx = torch.arange(n, device=x.device)

@@ -2,7 +2,11 @@
 
 Many episodes run at once. Each turn of each episode is one engine request (the whole
 context so far, stopping at `<|/tool_call|>` or the end of the turn); the engine batches
-the requests of every live episode (continuous batching), and the sandboxes run the calls
+the requests of every live episode (continuous batching). Each episode is an engine session
+(`RunnerConfig.reuse_cache`, on by default): the engine keeps the episode's cache between its
+turns, so a turn computes only the tool result and what it generates instead of re-filling
+the whole context; the tokens, logprobs, versions and expert indices of every turn are those
+a fresh prefill would give. The sandboxes run the calls
 and, at the end, the hidden tests in a thread pool so grading overlaps with decoding.
 An episode ends when the model calls `finish`, writes no call, runs out of turns, or its
 context would overflow.
@@ -70,6 +74,8 @@ class RunnerConfig:
     seed: int = 0
     backend: str | None = None
     grading_workers: int = 4
+    # Keep each episode's inference cache between its turns (an engine session per episode).
+    reuse_cache: bool = True
 
 
 @dataclass
@@ -77,6 +83,7 @@ class _Live:
     result: EpisodeResult
     sandbox: Sandbox
     ids: list[int]
+    session: str
     turns: int = 0
 
 
@@ -128,6 +135,7 @@ class EpisodeRunner:
         with ThreadPoolExecutor(self.config.grading_workers) as pool:
 
             def finish(state: _Live, reason: str) -> None:
+                self.engine.end_session(state.session)
                 state.result.stop_reason = reason
                 task, sandbox = state.result.task, state.sandbox
 
@@ -146,7 +154,8 @@ class EpisodeRunner:
                 if params is None:
                     finish(state, "context")
                     return
-                request_id = self.engine.add_request(state.ids, params)
+                session = state.session if self.config.reuse_cache else None
+                request_id = self.engine.add_request(state.ids, params, session=session)
                 live[request_id] = state
 
             while pending or live:
@@ -157,6 +166,7 @@ class EpisodeRunner:
                         EpisodeResult(task=task, sample=sample, transcript=transcript),
                         open_sandbox(task, self.config.backend),
                         transcript.encode(self.tokenizer)[0],
+                        session=f"episode-{id(self)}-{task.id}-{sample}",
                     )
                     submit(state)
                 if not live:
