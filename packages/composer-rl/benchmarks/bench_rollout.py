@@ -9,8 +9,10 @@ templates, then runs the same episodes (greedy, real sandboxes) three ways, alte
 - `reuse+mtp`: the same with MTP speculative decoding.
 
 It checks that the three produce the same transcripts and prints rollout tokens/s (generated
-tokens over the wall time of `EpisodeRunner.run`, sandboxes and grading included), the
-prompt tokens computed, the MTP acceptance and the ratios (medians of --repeats runs).
+tokens over the wall time of `EpisodeRunner.run`, sandboxes and grading included), the same
+over the time spent inside `engine.step` (the engine's share), the prompt tokens computed,
+the MTP acceptance and the ratios (medians of --repeats runs). The x ratios are against
+`resend` in the same run.
 
     uv run python packages/composer-rl/benchmarks/bench_rollout.py
 """
@@ -85,6 +87,7 @@ def main() -> None:
     )
 
     timings: dict[str, list[float]] = {m: [] for m in MODES}
+    engine_timings: dict[str, list[float]] = {m: [] for m in MODES}
     stats: dict[str, tuple[int, int, int, float]] = {}
     transcripts: dict[str, list[str]] = {}
     for _ in range(args.repeats):
@@ -98,9 +101,21 @@ def main() -> None:
                 backend=args.backend,
                 reuse_cache=mode != "resend",
             )
+            engine_seconds = [0.0]
+            step = engine.step
+
+            def timed_step(step=step, spent=engine_seconds):  # type: ignore[no-untyped-def]
+                began = time.perf_counter()
+                try:
+                    return step()
+                finally:
+                    spent[0] += time.perf_counter() - began
+
+            engine.step = timed_step  # type: ignore[method-assign]
             began = time.perf_counter()
             results = EpisodeRunner(engine, tokenizer, runner_config).run(tasks)
             timings[mode].append(time.perf_counter() - began)
+            engine_timings[mode].append(engine_seconds[0])
             generated = sum(r.generated_tokens for r in results)
             turns = sum(len(r.calls) for r in results)
             computed = engine.stats.prompt_tokens - engine.stats.reused_tokens
@@ -110,16 +125,22 @@ def main() -> None:
     same = all(transcripts[m] == transcripts["resend"] for m in MODES)
     print(f"solved {solved}/{len(tasks)}; identical transcripts in all modes: {same}")
     base = statistics.median(timings["resend"])
+    engine_base = statistics.median(engine_timings["resend"])
     for mode in MODES:
         generated, turns, computed, acceptance = stats[mode]
         seconds = statistics.median(timings[mode])
+        in_engine = statistics.median(engine_timings[mode])
         extra = f"  MTP acceptance {acceptance:.1%}" if mode == "reuse+mtp" else ""
         print(
-            f"{mode:10s} {generated / seconds:8.1f} rollout tok/s  ({generated} tokens, {turns} turns, "
-            f"{computed} prompt tokens computed, {seconds:.2f}s)  x{base / seconds:.2f} vs resend{extra}"
+            f"{mode:10s} rollout {generated / seconds:7.1f} tok/s (x{base / seconds:.2f})   "
+            f"engine {generated / in_engine:7.1f} tok/s (x{engine_base / in_engine:.2f})   "
+            f"{generated} tokens, {turns} turns, {computed} prompt tokens computed, "
+            f"{seconds:.2f}s wall, {in_engine:.2f}s in engine.step{extra}"
         )
-    reuse = statistics.median(timings["reuse"])
-    print(f"reuse+mtp vs reuse: x{reuse / statistics.median(timings['reuse+mtp']):.2f}")
+    reuse = statistics.median(engine_timings["reuse"])
+    print(
+        f"engine time, reuse+mtp vs reuse: x{reuse / statistics.median(engine_timings['reuse+mtp']):.2f}"
+    )
 
 
 if __name__ == "__main__":
