@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--decode-batches", type=int, nargs="+", default=[1, 4, 32])
-    parser.add_argument("--train-shapes", nargs="+", default=["4x256", "packed1x2048"])
+    parser.add_argument("--train-shapes", nargs="*", default=["4x256", "packed1x2048"])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (CI)")
     args = parser.parse_args()
     if args.quick:

@@ -430,12 +430,29 @@ class InferenceEngine:
 
     def _advance(self, seqs: list[_Sequence]) -> None:
         logits, hidden, new_lengths = self._forward(seqs)
+        lasts = new_lengths - 1
+        greedy = [row for row, s in enumerate(seqs) if s.params.temperature == 0.0]
+        picked: dict[int, tuple[int, float]] = {}
+        if greedy:
+            # One log-softmax and argmax for every greedy row (the same rule as `sample`).
+            rows = torch.tensor(greedy, device=logits.device)
+            last = logits[rows, lasts[rows]]
+            logprobs = torch.log_softmax(
+                last.to(torch.promote_types(last.dtype, torch.float32)), dim=-1
+            )
+            tokens = logprobs.argmax(-1)
+            values = logprobs.gather(1, tokens[:, None])[:, 0]
+            for row, token, value in zip(greedy, tokens.tolist(), values.tolist(), strict=True):
+                picked[row] = (int(token), float(value))
         for row, seq in enumerate(seqs):
-            last = int(new_lengths[row]) - 1
-            token, logprob = sample(logits[row, last], seq.params, seq.generator)
+            last_row = int(lasts[row])
+            if row in picked:
+                token, logprob = picked[row]
+            else:
+                token, logprob = sample(logits[row, last_row], seq.params, seq.generator)
             self._append(seq, token, logprob)
             if self.speculative:
-                seq.pend(hidden[row, : last + 1])
+                seq.pend(hidden[row, : last_row + 1])
         if self.speculative:
             self._draft([s for s in seqs if s.finish_reason is None])
 
