@@ -9,6 +9,7 @@ That is what catches a package importing something it does not declare.
     uv run nox -s "tests(package='composer-model')"
     uv run nox -s matrix               # every package on every other Python found here
     uv run nox -s kernels_alone lint typecheck
+    uv run nox -s benchmarks           # every README benchmark command, quickest settings (not default)
 """
 
 from __future__ import annotations
@@ -232,8 +233,10 @@ def readme_benchmark_commands() -> list[list[str]]:
 def benchmarks(session: nox.Session) -> None:
     """Run every benchmark command printed in a README, as printed, with its quickest settings.
 
-    Not in the default sessions (a few minutes on the shared 2-core box, mostly the speculative
-    and rollout benchmarks' model setup); CI runs it as `uv run nox -s benchmarks`.
+    Not in the default sessions: even at these settings the commands took about 25 minutes
+    one after another on the loaded 2-core box (store_delta_bench's moto round alone 697 s,
+    bench_quantize 262 s, bench_attention 194 s), far above the 2 minutes CI could spare.
+    Run it as `uv run nox -s benchmarks` when a benchmark or a README command changes.
     """
     commands = readme_benchmark_commands()
     if not commands:
