@@ -9,6 +9,7 @@ That is what catches a package importing something it does not declare.
     uv run nox -s "tests(package='composer-model')"
     uv run nox -s matrix               # every package on every other Python found here
     uv run nox -s kernels_alone lint typecheck
+    uv run nox -s benchmarks           # every README benchmark command, quickest settings (not default)
 """
 
 from __future__ import annotations
@@ -187,3 +188,63 @@ def typecheck(session: nox.Session) -> None:
     _sync(session, "--all-packages", "--group=dev")
     sources = [str(ROOT / "packages" / p / "src") for p in PACKAGES]
     session.run("mypy", *sources)
+
+
+# The quickest settings of every benchmark a README prints (appended to the printed command;
+# argparse keeps the last value). A README command for a script missing here fails the session.
+QUICK_BENCHMARK_ARGS: dict[str, list[str]] = {
+    "packages/composer-infra/benchmarks/sandbox_throughput.py": [
+        "--backends", "process", "--repeats", "1", "--pool", "2", "--calls", "4",
+        "--concurrency", "2",
+    ],
+    "packages/composer-infra/benchmarks/store_delta_bench.py": ["--lrs", "1e-4", "--steps", "2"],
+    "packages/composer-kernels/benchmarks/bench_quantize.py": [
+        "--rows", "128", "--cols", "256", "--repeats", "1",
+    ],
+    "packages/composer-kernels/benchmarks/bench_grouped_mm.py": [
+        "--tokens", "64", "--experts", "4", "--hidden", "32", "--ffn", "64", "--repeats", "1",
+    ],
+    "packages/composer-kernels/benchmarks/bench_attention.py": ["--repeats", "1"],
+    "packages/composer-rewards/benchmarks/bench_scoring.py": ["--repeats", "1", "--number", "5"],
+    "packages/composer-model/benchmarks/bench_vs_transformers.py": ["--quick"],
+    "packages/composer-model/benchmarks/profile_model.py": ["--quick", "--repeats", "1"],
+    "packages/composer-model/benchmarks/bench_speculative.py": [
+        "--steps", "2", "--prompts", "1", "--new-tokens", "4", "--repeats", "1",
+    ],
+    "packages/composer-rl/benchmarks/bench_rollout.py": [
+        "--templates", "1", "--steps", "1", "--max-turns", "1", "--max-new-tokens", "4",
+        "--repeats", "1", "--backend", "process",
+    ],
+}  # fmt: skip
+
+
+def readme_benchmark_commands() -> list[list[str]]:
+    """Every `uv run ... benchmarks/<script>.py ...` line printed in a package README."""
+    commands = []
+    for readme in sorted((ROOT / "packages").glob("*/README.md")):
+        for line in readme.read_text().splitlines():
+            words = line.strip().split()
+            if words[:2] == ["uv", "run"] and any("/benchmarks/" in w for w in words):
+                commands.append(words)
+    return commands
+
+
+@nox.session(python=PRIMARY_PYTHON)
+def benchmarks(session: nox.Session) -> None:
+    """Run every benchmark command printed in a README, as printed, with its quickest settings.
+
+    Not in the default sessions: even at these settings the commands took about 25 minutes
+    one after another on the loaded 2-core box (store_delta_bench's moto round alone 697 s,
+    bench_quantize 262 s, bench_attention 194 s), far above the 2 minutes CI could spare.
+    Run it as `uv run nox -s benchmarks` when a benchmark or a README command changes.
+    """
+    commands = readme_benchmark_commands()
+    if not commands:
+        session.error("no benchmark commands found in packages/*/README.md")
+    env = {"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}
+    for words in commands:
+        script = next(w for w in words if w.endswith(".py"))
+        if script not in QUICK_BENCHMARK_ARGS:
+            session.error(f"{script} is printed in a README but has no QUICK_BENCHMARK_ARGS entry")
+        # The command exactly as printed (uv resolves its groups into this session's venv).
+        session.run(*words, *QUICK_BENCHMARK_ARGS[script], env=env, external=True)

@@ -99,3 +99,71 @@ def test_our_checkpoint_loads_in_transformers(tmp_path: Path) -> None:
     ids = torch.randint(0, 160, (1, 33))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, hf(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_transformers_checkpoint_without_mtp_weights_loads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """transformers keeps num_nextn_predict_layers in config.json but saves no MTP weights."""
+    hf = _hf_model()
+    hf.config.num_nextn_predict_layers = 1
+    hf.save_pretrained(tmp_path)
+    saved = __import__("json").loads((tmp_path / "config.json").read_text())
+    assert saved["num_nextn_predict_layers"] == 1
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as handle:
+        assert not any(key.startswith("model.layers.4.") for key in handle.keys())  # noqa: SIM118
+    with caplog.at_level("WARNING", logger="composer_model.checkpoint"):
+        ours = load_pretrained(tmp_path).eval()
+    assert [r for r in caplog.records if "MTP module(s) [0]" in r.getMessage()]
+    assert len(ours.mtp_modules) == 1
+    module = ours.mtp_modules[0]
+    assert torch.equal(module.enorm.weight, torch.ones_like(module.enorm.weight))
+    assert 0.0 < float(module.eh_proj.weight.detach().std()) < 0.1
+    ids = torch.randint(0, 160, (2, 40))
+    with torch.no_grad():
+        out = ours(ids, return_mtp=True)
+        torch.testing.assert_close(out.logits, hf(ids).logits, atol=1e-4, rtol=0)
+    assert out.mtp_logits is not None and torch.isfinite(out.mtp_logits[0]).all()
+
+
+def test_partly_present_mtp_module_is_refused(tmp_path: Path) -> None:
+    """Only a wholly absent MTP module is initialised; a half-written one is an error."""
+    from safetensors.torch import save_file
+
+    from composer_model import CheckpointError, ComposerModel
+    from composer_model.checkpoint import to_hf_state_dict
+
+    hf = _hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    config = load_pretrained(tmp_path / "hf").config.model_copy(
+        update={"num_nextn_predict_layers": 1}
+    )
+    model = ComposerModel(config)
+    save_pretrained(model, tmp_path / "ours")
+    tensors = to_hf_state_dict(model)
+    del tensors["model.layers.4.eh_proj.weight"]
+    save_file(tensors, str(tmp_path / "ours" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"mtp\.0\.eh_proj\.weight"):
+        load_pretrained(tmp_path / "ours")
+
+
+def test_our_checkpoint_with_mtp_loads_in_transformers(tmp_path: Path) -> None:
+    """Our writer's MTP layer (stored as layer num_hidden_layers) does not disturb transformers."""
+    hf = _hf_model()
+    hf.save_pretrained(tmp_path / "hf")
+    config = load_pretrained(tmp_path / "hf").config.model_copy(
+        update={"num_nextn_predict_layers": 1}
+    )
+    from composer_model import ComposerModel
+
+    torch.manual_seed(1)
+    ours = ComposerModel(config).eval()
+    save_pretrained(ours, tmp_path / "ours")
+    reloaded = transformers.DeepseekV3ForCausalLM.from_pretrained(
+        tmp_path / "ours", attn_implementation="eager"
+    ).eval()
+    ids = torch.randint(0, 160, (2, 29))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, ours(ids).logits, atol=1e-4, rtol=0)

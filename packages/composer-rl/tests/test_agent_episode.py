@@ -64,3 +64,61 @@ def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
     assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"]
     assert result.finished and result.stop_reason == "finish"
     assert result.solved, result.report
+
+
+def _tool_calling_model(tokenizer, model: ComposerModel) -> ComposerModel:  # type: ignore[no-untyped-def]
+    """Weights that make greedy decoding write `<|tool_call|>NAME<|/tool_call|>` every turn.
+
+    NAME is the first token of "list_files" (a call the sandbox answers with an error).
+
+    Attention and feed-forward outputs are scaled down so each hidden state is mostly its
+    token's embedding; four embeddings are made orthogonal to all others and the head maps
+    each to the next token of the call (after `<|assistant|>` or `<|/tool_result|>`). The small
+    rest of attention keeps the context in play, so the cache still matters.
+    """
+    special = tokenizer.special_ids
+    (name,) = tokenizer.encode("list_files")[:1]
+    chain = [
+        (special["<|assistant|>"], special["<|tool_call|>"]),
+        (special["<|/tool_result|>"], special["<|tool_call|>"]),
+        (special["<|tool_call|>"], name),
+        (name, special["<|/tool_call|>"]),
+    ]
+    with torch.no_grad():
+        for layer in model.decoder_layers:
+            layer.self_attn.o_proj.weight.mul_(0.01)
+            for param in layer.mlp.parameters():
+                param.mul_(0.01)
+        model.embed_tokens.weight[:, :4] = 0.0
+        model.lm_head.weight.zero_()
+        for dim, token in enumerate(sorted({t for t, _ in chain})):
+            model.embed_tokens.weight[token].zero_()
+            model.embed_tokens.weight[token, dim] = 1.0
+        keys = sorted({t for t, _ in chain})
+        for source, target in chain:
+            model.lm_head.weight[target, keys.index(source)] = 50.0
+    return model
+
+
+def test_cache_reuse_between_turns_changes_nothing_but_the_work() -> None:
+    """Each episode continues its own cache; the turns are token for token a full re-send's."""
+    tasks, _, tokenizer, model = _setup(n_tasks=2)
+    model = _tool_calling_model(tokenizer, model)
+    runs = {}
+    for reuse in (False, True):
+        engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=512)
+        config = RunnerConfig(max_turns=3, max_new_tokens=8, reuse_cache=reuse)
+        runs[reuse] = (EpisodeRunner(engine, tokenizer, config).run(tasks), engine)
+    (before, plain), (after, reusing) = runs[False], runs[True]
+    assert [len(r.calls) for r in after] == [3, 3]  # three turns per episode
+    names = {c.call.name for r in after for c in r.calls}
+    assert names == {tokenizer.decode(tokenizer.encode("list_files")[:1]).strip()}
+    assert after[0].stop_reason == "max_turns"
+    assert plain.stats.reused_tokens == 0
+    # Turns 2 and 3 reused everything but the tool result (minus the last sampled token).
+    assert reusing.stats.reused_tokens > reusing.stats.prompt_tokens // 2
+    assert reusing.num_parked == 0  # every episode's session ended with the episode
+    for a, b in zip(before, after, strict=True):
+        assert a.transcript.text == b.transcript.text
+        assert [c.call for c in a.calls] == [c.call for c in b.calls]
+        assert a.stop_reason == b.stop_reason and a.generated_tokens == b.generated_tokens

@@ -13,6 +13,7 @@ official DeepSeek-V3 / Kimi K2 releases are) are dequantised on load.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,9 @@ _EXPERT = re.compile(
 )
 _MTP_ONLY = ("enorm.", "hnorm.", "eh_proj.", "shared_head.norm.")
 _MTP_SHARED = ("embed_tokens.weight", "shared_head.head.weight")
+
+
+logger = logging.getLogger(__name__)
 
 
 class WeightsError(RuntimeError):
@@ -210,6 +214,54 @@ def from_hf_state_dict(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict
     return ours
 
 
+def _initialise_absent_mtp(
+    config: ModelConfig,
+    state: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    directory: Path,
+) -> None:
+    """Fill in MTP modules that the checkpoint lacks entirely, as a fresh model would have them.
+
+    transformers' `DeepseekV3ForCausalLM.save_pretrained` keeps `num_nextn_predict_layers` in
+    config.json but writes no MTP weights, and the report trains the MTP heads by
+    self-distillation anyway, so an absent module is initialised (normal(0, initializer_range)
+    matrices, unit norms, zero balancing bias) and said in one log line. A module that is only
+    partly present is a damaged checkpoint and is left for the caller to refuse.
+    """
+    absent = [
+        depth
+        for depth in range(config.num_nextn_predict_layers)
+        if not any(key.startswith(f"mtp.{depth}.") for key in state)
+    ]
+    if not absent:
+        return
+    generator = torch.Generator().manual_seed(0)
+    std = config.initializer_range
+    reference = state.get("embed_tokens.weight")
+    dtype = reference.dtype if reference is not None else torch.float32
+    for key, meta in expected.items():
+        if not any(key.startswith(f"mtp.{depth}.") for depth in absent):
+            continue
+        if key.endswith("e_score_correction_bias"):
+            state[key] = torch.zeros(meta.shape, dtype=torch.float32)
+        elif meta.dim() == 1:
+            state[key] = torch.ones(meta.shape, dtype=dtype)
+        else:
+            state[key] = (
+                torch.empty(meta.shape, dtype=torch.float32)
+                .normal_(0.0, std, generator=generator)
+                .to(dtype)
+            )
+    logger.warning(
+        "%s has no weights for MTP module(s) %s although config.json sets "
+        "num_nextn_predict_layers=%d (transformers saves none); initialised them fresh: train "
+        "them (e.g. mtp_target='self_distill') before using them for speculative decoding",
+        directory,
+        absent,
+        config.num_nextn_predict_layers,
+    )
+
+
 def load_pretrained(
     directory: str | Path,
     dtype: torch.dtype | None = None,
@@ -226,6 +278,7 @@ def load_pretrained(
     with torch.device("meta"):
         model = ComposerModel(config)
     expected = model.state_dict()
+    _initialise_absent_mtp(config, state, expected, directory)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from composer_model.layers.attention import latent_attention_mask
+
 
 class LatentKVCache:
     def __init__(
@@ -89,6 +91,15 @@ class BatchView:
         self.new_lengths = new_lengths
         self.past_lengths = cache.lengths[slots].clone()
         self.past_max = int(self.past_lengths.max()) if len(slots) else 0
+        # Computed by the first layer, reused by the others (they all see the same shapes).
+        self._mask: tuple[int, int, torch.Tensor] | None = None
+        self._write_index: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def mask(self, past_len: int, n: int) -> torch.Tensor:
+        if self._mask is None or self._mask[:2] != (past_len, n):
+            mask = latent_attention_mask(self.past_lengths, past_len, self.new_lengths, n)
+            self._mask = (past_len, n, mask)
+        return self._mask[2]
 
     def read(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         buf = self.cache.buffers[layer_idx - self.cache.layer_offset]
@@ -97,8 +108,11 @@ class BatchView:
     def write(self, layer_idx: int, latents: torch.Tensor) -> None:
         buf = self.cache.buffers[layer_idx - self.cache.layer_offset]
         n = latents.shape[1]
-        steps = torch.arange(n, device=latents.device)
-        valid = steps[None, :] < self.new_lengths[:, None]
-        rows = self.slots[:, None].expand(-1, n)[valid]
-        cols = (self.past_lengths[:, None] + steps[None, :])[valid]
+        if self._write_index is None or self._write_index[0] != n:
+            steps = torch.arange(n, device=latents.device)
+            valid = steps[None, :] < self.new_lengths[:, None]
+            rows = self.slots[:, None].expand(-1, n)[valid]
+            cols = (self.past_lengths[:, None] + steps[None, :])[valid]
+            self._write_index = (n, valid, rows, cols)
+        _, valid, rows, cols = self._write_index
         buf[rows, cols] = latents[valid].to(buf.dtype)

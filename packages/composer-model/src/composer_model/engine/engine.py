@@ -11,6 +11,14 @@ chose for it, so the trainer can replay them.
 flight keep their caches (computed under the old weights, as in PipelineRL) and the tokens
 sampled after the swap are stamped with the new version.
 
+Multi-turn sessions: a request given `session=key` leaves its cache slot parked under that key
+when it finishes, and the next request of the same session reuses the cached latents of the
+longest common prefix of the two token lists (an agent turn is the previous turn's prompt and
+output plus the tool result: only the tool result and later tokens are computed). Parked
+slots are lent to other requests (least recently used first) when the engine runs out, and
+dropped by `update_weights`, so a parked cache never mixes weight versions: what a request
+computes is what a fresh prefill under the current weights computes, token for token.
+
 With `speculative=True` the first MTP module drafts one token per step and the main model
 verifies it in the same forward that extends the sequence. Greedy output is identical to plain
 greedy decoding; sampled output follows the same distribution (speculative sampling), and every
@@ -21,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -56,6 +64,7 @@ class _Sequence:
     params: SamplingParams
     prompt_ids: list[int]
     generator: torch.Generator
+    session: str | None = None
     slot: int = -1
     tokens: list[int] = field(default_factory=list)
     cached: int = 0
@@ -70,6 +79,13 @@ class _Sequence:
     pending_hidden: torch.Tensor | None = None  # main hidden states not yet fed to the MTP module
     draft_logprobs: torch.Tensor | None = None  # the MTP head's sampling distribution for the draft
 
+    def pend(self, hidden: torch.Tensor) -> None:
+        """Queue main hidden states of newly cached positions for the MTP module."""
+        if self.pending_hidden is None or self.pending_hidden.shape[0] == 0:
+            self.pending_hidden = hidden
+        else:
+            self.pending_hidden = torch.cat([self.pending_hidden, hidden])
+
     @property
     def generated(self) -> list[int]:
         return self.tokens[len(self.prompt_ids) :]
@@ -80,6 +96,8 @@ class EngineStats:
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
+    prompt_tokens: int = 0  # prompt tokens of every admitted request
+    reused_tokens: int = 0  # of those, served from a parked session cache (not recomputed)
 
     @property
     def acceptance_rate(self) -> float:
@@ -132,6 +150,8 @@ class InferenceEngine:
         self.stats = EngineStats()
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
+        # Finished session requests whose cache slots are kept, least recently used first.
+        self._parked: OrderedDict[str, _Sequence] = OrderedDict()
         self._ids = itertools.count()
         self._seed_source = torch.Generator().manual_seed(0)
         self._lock = threading.RLock()
@@ -153,7 +173,15 @@ class InferenceEngine:
         prompt: str | Sequence[int],
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        session: str | None = None,
     ) -> str:
+        """Queue a request; returns its id.
+
+        `session`: an opaque key (e.g. an episode id) under which the request's cache stays
+        parked when it finishes, for the next request with the same key to continue from.
+        Call `end_session` when the session is over (parked slots are also lent out on
+        demand, so a forgotten session costs nothing but a later prefill).
+        """
         params = params or SamplingParams()
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -184,11 +212,32 @@ class InferenceEngine:
             params,
             prompt_ids,
             torch.Generator().manual_seed(seed),
+            session=session,
             tokens=list(prompt_ids),
         )
         with self._lock:
+            if session is not None and any(
+                s.session == session for s in itertools.chain(self._waiting, self._running)
+            ):
+                raise ValueError(
+                    f"session {session!r} already has a request in flight; wait for its result "
+                    "before sending the next turn"
+                )
             self._waiting.append(seq)
         return request_id
+
+    def end_session(self, session: str) -> bool:
+        """Free a session's parked cache slot; False if nothing was parked under `session`."""
+        with self._lock:
+            seq = self._parked.pop(session, None)
+            if seq is None:
+                return False
+            self._free_slot(seq.slot)
+            return True
+
+    @property
+    def num_parked(self) -> int:
+        return len(self._parked)
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)
@@ -235,6 +284,9 @@ class InferenceEngine:
                 for key, value in state_dict.items():
                     current[key].copy_(value)
             self.version = version
+            # Parked caches hold latents of the old weights; the next turn recomputes them.
+            while self._parked:
+                self._free_slot(self._parked.popitem(last=False)[1].slot)
 
     def abort(self, request_id: str) -> bool:
         """Drop a waiting or running request (its slot is freed); False if it is unknown."""
@@ -246,10 +298,60 @@ class InferenceEngine:
             for seq in self._running:
                 if seq.request_id == request_id:
                     self._running.remove(seq)
-                    self.cache.free(seq.slot)
-                    self.mtp_cache.free(seq.slot)
+                    self._free_slot(seq.slot)
                     return True
             return False
+
+    # --- slots and sessions -------------------------------------------------------------
+
+    def _free_slot(self, slot: int) -> None:
+        self.cache.free(slot)
+        self.mtp_cache.free(slot)
+
+    def _allocate_slot(self) -> int:
+        if not self.cache._free and self._parked:
+            self._free_slot(self._parked.popitem(last=False)[1].slot)  # lend the oldest
+        slot = self.cache.allocate()
+        if self.mtp_cache.allocate() != slot:
+            raise RuntimeError("main and MTP cache slots diverged")
+        return slot
+
+    def _admit(self, seq: _Sequence) -> None:
+        """Give `seq` a slot: its session's parked one (reusing the common prefix) or a free one."""
+        self.stats.prompt_tokens += len(seq.prompt_ids)
+        old = self._parked.pop(seq.session, None) if seq.session is not None else None
+        if old is None:
+            seq.slot = self._allocate_slot()
+            return
+        seq.slot = old.slot
+        prompt = seq.prompt_ids
+        common = 0
+        for a, b in zip(old.tokens, prompt, strict=False):
+            if a != b:
+                break
+            common += 1
+        # At least one prompt token is computed: its logits give the first new token.
+        reuse = min(common, old.cached, len(prompt) - 1)
+        if seq.params.return_routing and not old.params.return_routing:
+            reuse = 0  # the parked request kept no expert indices for its tokens
+        mtp_keep = 0
+        pending: torch.Tensor | None = None
+        if self.speculative and reuse > 0:
+            # MTP entry t was computed from token t+1: valid while t+1 is still shared.
+            mtp_keep = max(0, min(old.mtp_cached, common - 1, reuse))
+            if mtp_keep == old.mtp_cached:
+                if old.pending_hidden is not None:
+                    pending = old.pending_hidden[: reuse - mtp_keep]
+            else:  # the hidden states between mtp_keep and reuse were consumed: recompute them
+                reuse = mtp_keep
+        self.cache.truncate(seq.slot, reuse)
+        self.mtp_cache.truncate(seq.slot, mtp_keep)
+        seq.cached = reuse
+        seq.mtp_cached = mtp_keep
+        seq.pending_hidden = pending if pending is not None and pending.shape[0] else None
+        if seq.params.return_routing and reuse:
+            seq.routing = [torch.cat(old.routing)[:reuse]]
+        self.stats.reused_tokens += reuse
 
     # --- stepping -----------------------------------------------------------------------
 
@@ -260,12 +362,12 @@ class InferenceEngine:
             self.stats.steps += 1
             while self._waiting and len(self._running) < self.max_batch_size:
                 seq = self._waiting.popleft()
-                seq.slot = self.cache.allocate()
-                if self.mtp_cache.allocate() != seq.slot:
-                    raise RuntimeError("main and MTP cache slots diverged")
+                self._admit(seq)
                 self._running.append(seq)
-            prefill = [s for s in self._running if s.cached == 0]
-            decode = [s for s in self._running if s.cached > 0]
+            # Prefill: every request that has not sampled yet (a session's continuation
+            # included: it feeds only what its parked cache lacks).
+            prefill = [s for s in self._running if not s.generated]
+            decode = [s for s in self._running if s.generated]
             if prefill:
                 self._advance(prefill)
             if decode:
@@ -276,12 +378,17 @@ class InferenceEngine:
             finished = [s for s in self._running if s.finish_reason is not None]
             flush = [s for s in finished if s.params.return_routing and s.cached < len(s.tokens)]
             if flush:
-                self._forward(flush)  # routing for the last token, nothing sampled
+                _, hidden, _ = self._forward(flush)  # routing for the last token, nothing sampled
+                if self.speculative:
+                    for row, seq in enumerate(flush):
+                        seq.pend(hidden[row, :1])
             results = []
             for seq in finished:
                 self._running.remove(seq)
-                self.cache.free(seq.slot)
-                self.mtp_cache.free(seq.slot)
+                if seq.session is not None:
+                    self._parked[seq.session] = seq
+                else:
+                    self._free_slot(seq.slot)
                 results.append(self._result(seq))
             return results
 
@@ -323,12 +430,29 @@ class InferenceEngine:
 
     def _advance(self, seqs: list[_Sequence]) -> None:
         logits, hidden, new_lengths = self._forward(seqs)
+        lasts = new_lengths - 1
+        greedy = [row for row, s in enumerate(seqs) if s.params.temperature == 0.0]
+        picked: dict[int, tuple[int, float]] = {}
+        if greedy:
+            # One log-softmax and argmax for every greedy row (the same rule as `sample`).
+            rows = torch.tensor(greedy, device=logits.device)
+            last = logits[rows, lasts[rows]]
+            logprobs = torch.log_softmax(
+                last.to(torch.promote_types(last.dtype, torch.float32)), dim=-1
+            )
+            tokens = logprobs.argmax(-1)
+            values = logprobs.gather(1, tokens[:, None])[:, 0]
+            for row, token, value in zip(greedy, tokens.tolist(), values.tolist(), strict=True):
+                picked[row] = (int(token), float(value))
         for row, seq in enumerate(seqs):
-            last = int(new_lengths[row]) - 1
-            token, logprob = sample(logits[row, last], seq.params, seq.generator)
+            last_row = int(lasts[row])
+            if row in picked:
+                token, logprob = picked[row]
+            else:
+                token, logprob = sample(logits[row, last_row], seq.params, seq.generator)
             self._append(seq, token, logprob)
             if self.speculative:
-                seq.pending_hidden = hidden[row, : last + 1]
+                seq.pend(hidden[row, : last_row + 1])
         if self.speculative:
             self._draft([s for s in seqs if s.finish_reason is None])
 
@@ -426,6 +550,7 @@ class InferenceEngine:
         drafts = [[s.draft] if s.draft is not None else [] for s in seqs]
         logits, hidden, new_lengths = self._forward(seqs, extra=drafts)
         keep: list[_Sequence] = []
+        before = [s.cached - int(new_lengths[row]) for row, s in enumerate(seqs)]
         for row, seq in enumerate(seqs):
             fed = int(new_lengths[row])  # 1 uncached token + the draft
             first = fed - 1 - len(drafts[row])  # row position predicting the draft's slot
@@ -449,8 +574,11 @@ class InferenceEngine:
                 if seq.params.return_routing and drafts[row]:
                     seq.routing[-1] = seq.routing[-1][:-1]
             seq.draft = None
+            # Hidden states of every position that stays cached (a parked session resumes
+            # its MTP cache from them), final for all of them.
+            seq.pend(hidden[row, : seq.cached - before[row]])
             if seq.finish_reason is None:
-                seq.pending_hidden = hidden[row, :verified]
+                assert seq.cached - before[row] == verified
                 keep.append(seq)
         self._draft(keep)
 

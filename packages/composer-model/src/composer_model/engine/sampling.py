@@ -29,8 +29,12 @@ class SamplingParams(BaseModel):
 
 
 def sampling_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Log-probabilities [V] of the distribution `params` samples from (fp32)."""
-    logits = logits.float()
+    """Log-probabilities [V] of the distribution `params` samples from (fp32, or fp64 logits' own).
+
+    Rounding float64 logits to fp32 here would turn 1e-15 differences between two batch
+    layouts into 1-ulp fp32 differences in the reported logprob.
+    """
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if params.temperature == 0.0:
         return torch.log_softmax(logits, dim=-1)
     logits = logits / params.temperature

@@ -36,6 +36,27 @@ class LatentCache(Protocol):
         """Append this step's latents [B, n, kv_lora_rank + rope_dim] (padding included)."""
         ...
 
+    def mask(self, past_len: int, n: int) -> torch.Tensor:
+        """Which keys [B, n, past_len + n] each new query may see (the same for every layer).
+
+        `latent_attention_mask` computes it; a cache may compute it once per forward.
+        """
+        ...
+
+
+def latent_attention_mask(
+    past_lengths: torch.Tensor, past_len: int, new_lengths: torch.Tensor, n: int
+) -> torch.Tensor:
+    """[B, n, past_len + n]: a sequence's own past (right-padded) and its new tokens causally."""
+    device = past_lengths.device
+    key_idx = torch.arange(past_len + n, device=device)
+    query_idx = torch.arange(n, device=device)
+    past_ok = (key_idx[None, :] < past_lengths[:, None]) & (key_idx[None, :] < past_len)
+    new_pos = key_idx - past_len
+    new_ok = (new_pos[None, None, :] <= query_idx[None, :, None]) & (new_pos[None, None, :] >= 0)
+    new_ok = new_ok & (new_pos[None, None, :] < new_lengths[:, None, None])
+    return past_ok[:, None, :] | new_ok
+
 
 class MultiHeadLatentAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
@@ -118,7 +139,7 @@ class MultiHeadLatentAttention(nn.Module):
         batch, n, _ = x.shape
         q_nope, q_rope = self._queries(x, cos, sin)  # [B, n, H, dn], [B, n, H, dr]
         new_latent = self.latents(x, cos, sin)  # [B, n, r + dr]
-        past, past_lengths = cache.read(self.layer_idx)
+        past, _ = cache.read(self.layer_idx)
         cache.write(self.layer_idx, new_latent)
         keys = torch.cat([past.to(new_latent.dtype), new_latent], dim=1)  # [B, P + n, r + dr]
         c_kv, k_rope = keys.split([self.kv_rank, self.rope_dim], dim=-1)
@@ -128,18 +149,8 @@ class MultiHeadLatentAttention(nn.Module):
         scores = torch.einsum("bnhr,blr->bhnl", q_latent, c_kv) + torch.einsum(
             "bnhd,bld->bhnl", q_rope, k_rope
         )
-        scores = scores.float() * self.scale
-        past_len = past.shape[1]
-        key_idx = torch.arange(past_len + n, device=x.device)
-        query_idx = torch.arange(n, device=x.device)
-        past_ok = key_idx[None, :] < past_lengths[:, None]  # [B, P + n]
-        past_ok = past_ok & (key_idx[None, :] < past_len)
-        new_pos = key_idx - past_len
-        new_ok = (new_pos[None, None, :] <= query_idx[None, :, None]) & (
-            new_pos[None, None, :] >= 0
-        )
-        new_ok = new_ok & (new_pos[None, None, :] < new_lengths[:, None, None])
-        mask = past_ok[:, None, :] | new_ok  # [B, n, P + n]
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale
+        mask = cache.mask(past.shape[1], n)  # [B, n, P + n]
         scores = scores.masked_fill(~mask[:, None], float("-inf"))
         probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(c_kv.dtype)
         out_latent = torch.einsum("bhnl,blr->bnhr", probs, c_kv)

@@ -2,10 +2,19 @@
 
 Many episodes run at once. Each turn of each episode is one engine request (the whole
 context so far, stopping at `<|/tool_call|>` or the end of the turn); the engine batches
-the requests of every live episode (continuous batching), and the sandboxes run the calls
-and, at the end, the hidden tests in a thread pool so grading overlaps with decoding.
-An episode ends when the model calls `finish`, writes no call, runs out of turns, or its
-context would overflow.
+the requests of every live episode (continuous batching). Each episode is an engine session
+(`RunnerConfig.reuse_cache`, on by default): the engine keeps the episode's cache between its
+turns, so a turn computes only the tool result and what it generates instead of re-filling
+the whole context; the tokens, logprobs, versions and expert indices of every turn are those
+a fresh prefill would give. The sandboxes run the calls and, at the end, the hidden tests
+in a thread pool so grading overlaps with decoding. An episode ends when the model calls
+`finish`, writes no call, runs out of turns, or its context would overflow; with a
+`SummaryConfig` it summarizes instead of overflowing (`composer_rl.rl.summarize`).
+
+Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
+of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
+The RL loop trains on that record, never on re-tokenized text. Episodes can be run as a
+batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollout slots).
 """
 
 from __future__ import annotations
@@ -132,6 +141,8 @@ class RunnerConfig:
     grading_workers: int = 4
     record_routing: bool = False
     summary: SummaryConfig | None = None  # self-summarization; None: an episode ends at its context
+    # Keep each episode's inference cache between its turns (an engine session per episode).
+    reuse_cache: bool = True
 
 
 @dataclass
@@ -139,6 +150,7 @@ class _Live:
     result: EpisodeResult
     sandbox: Sandbox
     ids: list[int]
+    session: str
     turns: int = 0
     summarizing: bool = False
 
@@ -181,6 +193,7 @@ class EpisodeRunner:
         self._grading: list[tuple[EpisodeResult, Future[tuple[TestReport, dict[str, str]]]]] = []
         self._failed: list[EpisodeResult] = []
         self._counter = 0
+        self._sessions = 0
         self._pool = ThreadPoolExecutor(config.grading_workers)
 
     def _params(self, live: _Live, request_seed: int) -> SamplingParams | None:
@@ -227,7 +240,9 @@ class EpisodeRunner:
                 result.grading_error = f"sandbox did not open: {type(exc).__name__}: {exc}"
                 self._failed.append(result)
                 continue
-            self._submit(_Live(result, sandbox, list(ids)))
+            self._sessions += 1
+            session = f"episode-{id(self)}-{self._sessions}"
+            self._submit(_Live(result, sandbox, list(ids), session=session))
         if self._live:
             for generation in self.engine.step():
                 state = self._live.pop(generation.request_id)
@@ -253,6 +268,7 @@ class EpisodeRunner:
         """Abort what is still decoding, close its sandboxes, and wait for grading to end."""
         for request_id, state in list(self._live.items()):
             self.engine.abort(request_id)
+            self.engine.end_session(state.session)
             state.sandbox.close()
         self._live.clear()
         self._pending.clear()
@@ -278,6 +294,7 @@ class EpisodeRunner:
     # --- one episode ----------------------------------------------------------------------
 
     def _finish(self, state: _Live, reason: str) -> None:
+        self.engine.end_session(state.session)
         state.result.stop_reason = reason
         task, sandbox = state.result.task, state.sandbox
 
@@ -297,7 +314,8 @@ class EpisodeRunner:
         if params is None:
             self._finish(state, "context")
             return
-        request_id = self.engine.add_request(state.ids, params)
+        session = state.session if self.config.reuse_cache else None
+        request_id = self.engine.add_request(state.ids, params, session=session)
         self._live[request_id] = state
 
     def user_turn(self, result: EpisodeResult) -> str | None:
