@@ -11,12 +11,12 @@ context would overflow.
 from __future__ import annotations
 
 import difflib
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from composer_infra.sandbox import Sandbox, TestReport
-from composer_model import ComposerTokenizer, InferenceEngine, SamplingParams
+from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
 from composer_rewards import ToolCall as EpisodeToolCall
 from composer_rl.agent.format import (
@@ -27,6 +27,13 @@ from composer_rl.agent.format import (
 )
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
 from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
+from composer_rl.rl.summarize import (
+    SUMMARY_REQUEST,
+    SummaryConfig,
+    condensed_prompt,
+    should_summarize,
+    summary_text,
+)
 from composer_rl.tasks.model import Task
 
 
@@ -51,6 +58,17 @@ class EpisodeResult:
     generated_tokens: int = 0
     report: TestReport | None = None
     files_after: dict[str, str] = field(default_factory=dict)
+    record: TokenRecord = field(default_factory=lambda: TokenRecord())
+    grading_error: str | None = None  # the grader failed (infrastructure): no reward
+    key: str = ""  # the submitter's label (the RL loop's group id)
+    sandbox_seconds: float = 0.0  # tool calls and grading, wall-clock
+    segments: list[TokenRecord] = field(default_factory=list)  # closed by self-summaries
+    summaries: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[TokenRecord]:
+        """Every segment's token record, in order (one unless the episode summarized)."""
+        return [*self.segments, self.record]
 
     @property
     def solved(self) -> bool:
@@ -62,6 +80,48 @@ class EpisodeResult:
 
 
 @dataclass
+class TokenRecord:
+    """The episode exactly as the engine saw it, token in and token out.
+
+    `tokens` is the whole context (prompt, the policy's tokens, tool outputs); `sampled`
+    marks the tokens the policy drew, with their behaviour logprobs and policy versions;
+    `routing` (when recorded) holds, for every token, the experts each MoE layer chose the
+    first time the engine processed it. This is what the RL trainer trains on: nothing is
+    re-tokenized.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    sampled: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    routing: list[list[list[int]]] = field(default_factory=list)
+
+    def add_context(self, ids: list[int]) -> None:
+        self.tokens += ids
+        self.sampled += [False] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.versions += [-1] * len(ids)
+
+    def add_generation(self, generation: GenerationResult) -> None:
+        n = len(generation.token_ids)
+        if len(generation.logprobs) != n or len(generation.versions) != n:
+            raise RuntimeError("the engine returned per-token records that do not line up")
+        self.tokens += generation.token_ids
+        self.sampled += [True] * n
+        self.logprobs += list(generation.logprobs)
+        self.versions += list(generation.versions)
+        if generation.routing is not None:
+            # Rows for the tokens this request processed first (earlier ones were routed
+            # by the request that first saw them).
+            self.routing += generation.routing[len(self.routing) :].tolist()
+
+    @property
+    def routed_prefix(self) -> int:
+        """How many leading tokens have routing (the trailing tool output may not)."""
+        return len(self.routing)
+
+
+@dataclass
 class RunnerConfig:
     max_turns: int = 8
     max_new_tokens: int = 256
@@ -70,6 +130,8 @@ class RunnerConfig:
     seed: int = 0
     backend: str | None = None
     grading_workers: int = 4
+    record_routing: bool = False
+    summary: SummaryConfig | None = None  # self-summarization; None: an episode ends at its context
 
 
 @dataclass
@@ -78,6 +140,7 @@ class _Live:
     sandbox: Sandbox
     ids: list[int]
     turns: int = 0
+    summarizing: bool = False
 
 
 def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
@@ -96,6 +159,14 @@ def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
 
 
 class EpisodeRunner:
+    """Drives many episodes through one engine; a batch (`run`) or a stream (`submit`/`poll`).
+
+    The stream is what the asynchronous RL loop uses: episodes are submitted as rollout
+    slots free up and come back, graded, from `poll` while others are still decoding, so
+    generation never waits for a whole batch. `run` is the same machinery driven until a
+    fixed list is done (evaluation).
+    """
+
     def __init__(
         self, engine: InferenceEngine, tokenizer: ComposerTokenizer, config: RunnerConfig
     ) -> None:
@@ -104,77 +175,168 @@ class EpisodeRunner:
         self.config = config
         special = tokenizer.special_ids
         self.stop_ids = [special[t] for t in (TOOL_CALL_END, END_OF_TURN, "<|endoftext|>")]
+        self.summary_stop_ids = [special[t] for t in (END_OF_TURN, "<|endoftext|>")]
+        self._pending: list[tuple[Task, int, str]] = []
+        self._live: dict[str, _Live] = {}
+        self._grading: list[tuple[EpisodeResult, Future[tuple[TestReport, dict[str, str]]]]] = []
+        self._failed: list[EpisodeResult] = []
+        self._counter = 0
+        self._pool = ThreadPoolExecutor(config.grading_workers)
 
     def _params(self, live: _Live, request_seed: int) -> SamplingParams | None:
         room = self.engine.max_seq_len - len(live.ids) - 1
         if room < 8:
             return None
+        wanted = self.config.max_new_tokens
+        stops = self.stop_ids
+        if live.summarizing and self.config.summary is not None:
+            wanted, stops = self.config.summary.summary_tokens, self.summary_stop_ids
         return SamplingParams(
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            max_new_tokens=min(self.config.max_new_tokens, room),
-            stop_token_ids=self.stop_ids,
+            max_new_tokens=min(wanted, room),
+            stop_token_ids=stops,
             seed=request_seed,
+            return_routing=self.config.record_routing,
         )
+
+    # --- the stream -----------------------------------------------------------------------
+
+    def submit(self, task: Task, sample: int = 0, key: str = "") -> None:
+        """Queue one episode; it starts when the engine has a free slot."""
+        self._pending.append((task, sample, key))
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes submitted and not yet returned by `poll` (queued, decoding or grading)."""
+        return len(self._pending) + len(self._live) + len(self._grading) + len(self._failed)
+
+    def poll(self) -> list[EpisodeResult]:
+        """Admit queued episodes, run one engine step, act on finished turns; return graded episodes."""
+        while self._pending and len(self._live) < self.engine.max_batch_size:
+            task, sample, key = self._pending.pop(0)
+            transcript = Transcript.start(task.instruction)
+            result = EpisodeResult(task=task, sample=sample, transcript=transcript)
+            result.key = key
+            ids = transcript.encode(self.tokenizer)[0]
+            result.record.add_context(ids)
+            try:
+                sandbox = open_sandbox(task, self.config.backend)
+            except Exception as exc:  # infrastructure, not the policy: no reward, not a zero
+                result.stop_reason = "sandbox_error"
+                result.grading_error = f"sandbox did not open: {type(exc).__name__}: {exc}"
+                self._failed.append(result)
+                continue
+            self._submit(_Live(result, sandbox, list(ids)))
+        if self._live:
+            for generation in self.engine.step():
+                state = self._live.pop(generation.request_id)
+                self._advance(state, generation)
+        return self._collect(block=not self._live and not self._pending)
+
+    def _collect(self, block: bool) -> list[EpisodeResult]:
+        done, self._failed = self._failed, []
+        keep = []
+        for result, future in self._grading:
+            if block or future.done():
+                try:
+                    result.report, result.files_after = future.result()
+                except Exception as exc:  # the grader failed, not the policy
+                    result.grading_error = f"{type(exc).__name__}: {exc}"
+                done.append(result)
+            else:
+                keep.append((result, future))
+        self._grading = keep
+        return done
+
+    def close(self) -> None:
+        """Abort what is still decoding, close its sandboxes, and wait for grading to end."""
+        for request_id, state in list(self._live.items()):
+            self.engine.abort(request_id)
+            state.sandbox.close()
+        self._live.clear()
+        self._pending.clear()
+        self._pool.shutdown(wait=True)
+        self._grading.clear()
+
+    # --- the batch ------------------------------------------------------------------------
 
     def run(self, tasks: list[Task], samples_per_task: int = 1) -> list[EpisodeResult]:
         """Run `samples_per_task` episodes of every task; results in (task, sample) order."""
-        pending = [(t, s) for t in tasks for s in range(samples_per_task)]
-        pending.reverse()
-        live: dict[str, _Live] = {}
-        grading: list[tuple[EpisodeResult, Future[tuple[TestReport, dict[str, str]]]]] = []
+        for task in tasks:
+            for sample in range(samples_per_task):
+                self.submit(task, sample)
         done: list[EpisodeResult] = []
-        counter = 0
-        with ThreadPoolExecutor(self.config.grading_workers) as pool:
-
-            def finish(state: _Live, reason: str) -> None:
-                state.result.stop_reason = reason
-                task, sandbox = state.result.task, state.sandbox
-
-                def grade() -> tuple[TestReport, dict[str, str]]:
-                    try:
-                        return grade_sandbox(sandbox, task), workspace_files(sandbox, task)
-                    finally:
-                        sandbox.close()
-
-                grading.append((state.result, pool.submit(grade)))
-
-            def submit(state: _Live) -> None:
-                nonlocal counter
-                counter += 1
-                params = self._params(state, self.config.seed * 1_000_003 + counter)
-                if params is None:
-                    finish(state, "context")
-                    return
-                request_id = self.engine.add_request(state.ids, params)
-                live[request_id] = state
-
-            while pending or live:
-                while pending and len(live) < self.engine.max_batch_size:
-                    task, sample = pending.pop()
-                    transcript = Transcript.start(task.instruction)
-                    state = _Live(
-                        EpisodeResult(task=task, sample=sample, transcript=transcript),
-                        open_sandbox(task, self.config.backend),
-                        transcript.encode(self.tokenizer)[0],
-                    )
-                    submit(state)
-                if not live:
-                    continue
-                for generation in self.engine.step():
-                    state = live.pop(generation.request_id)
-                    self._advance(state, generation.token_ids, submit, finish)
-        for result, future in grading:
-            result.report, result.files_after = future.result()
-            done.append(result)
+        while self.in_flight:
+            done += self.poll()
         order = {
             (t.id, s): i
             for i, (t, s) in enumerate((t, s) for t in tasks for s in range(samples_per_task))
         }
         return sorted(done, key=lambda r: order[(r.task.id, r.sample)])
 
-    def _advance(self, state: _Live, token_ids: list[int], submit: Any, finish: Any) -> None:
+    # --- one episode ----------------------------------------------------------------------
+
+    def _finish(self, state: _Live, reason: str) -> None:
+        state.result.stop_reason = reason
+        task, sandbox = state.result.task, state.sandbox
+
+        def grade() -> tuple[TestReport, dict[str, str]]:
+            began = time.monotonic()
+            try:
+                return grade_sandbox(sandbox, task), workspace_files(sandbox, task)
+            finally:
+                sandbox.close()
+                state.result.sandbox_seconds += time.monotonic() - began
+
+        self._grading.append((state.result, self._pool.submit(grade)))
+
+    def _submit(self, state: _Live) -> None:
+        self._counter += 1
+        params = self._params(state, self.config.seed * 1_000_003 + self._counter)
+        if params is None:
+            self._finish(state, "context")
+            return
+        request_id = self.engine.add_request(state.ids, params)
+        self._live[request_id] = state
+
+    def _summarize_or_submit(self, state: _Live) -> None:
+        """Continue the episode; first ask for a summary if the next turn could overflow."""
+        done = len(state.result.summaries)
+        if should_summarize(len(state.ids), self.config.max_new_tokens, done, self.config.summary):
+            request = self.tokenizer.encode(SUMMARY_REQUEST)
+            state.ids += request
+            state.result.record.add_context(request)
+            state.result.transcript.segments.append(Segment("prompt", SUMMARY_REQUEST))
+            state.summarizing = True
+        self._submit(state)
+
+    def _condense(self, state: _Live, generation: GenerationResult) -> None:
+        """The summary came back: close this segment, continue from the condensed context."""
         result = state.result
+        result.record.add_generation(generation)
+        text = self.tokenizer.decode(generation.token_ids)
+        result.generated_tokens += len(generation.token_ids)
+        result.transcript.segments.append(Segment("summary", text))
+        result.summaries.append(summary_text(text))
+        result.segments.append(result.record)
+        result.record = TokenRecord()
+        prompt = condensed_prompt(
+            result.task.instruction, result.summaries[-1], len(result.summaries)
+        )
+        result.transcript.segments.append(Segment("prompt", prompt))
+        state.ids = self.tokenizer.encode(prompt)
+        result.record.add_context(state.ids)
+        state.summarizing = False
+        self._submit(state)
+
+    def _advance(self, state: _Live, generation: GenerationResult) -> None:
+        if state.summarizing:
+            self._condense(state, generation)
+            return
+        result = state.result
+        token_ids = generation.token_ids
+        result.record.add_generation(generation)
         text = self.tokenizer.decode(token_ids)
         result.generated_tokens += len(token_ids)
         result.transcript.segments.append(Segment("tool_call", text))
@@ -183,31 +345,35 @@ class EpisodeRunner:
         parsed = parse_output(text)
         complete = text.endswith(TOOL_CALL_END)
         if not parsed.calls:
-            finish(state, "no_call" if not parsed.finished_turn else "end_of_turn")
+            self._finish(state, "no_call" if not parsed.finished_turn else "end_of_turn")
             return
         call = parsed.calls[0]
         if not complete or not call.ok:
             error = call.error or "incomplete tool call"
             record = CallRecord(call, False, "", f"malformed tool call: {error}", state.turns)
         else:
+            began = time.monotonic()
             answer = state.sandbox.call(call.name, dict(call.arguments))
+            result.sandbox_seconds += time.monotonic() - began
             record = CallRecord(call, answer.ok, answer.output, answer.error, state.turns)
         result.calls.append(record)
         if call.name == "finish" and record.ok:
             result.finished = True
             result.final_message = str(call.arguments.get("message", ""))
-            finish(state, "finish")
+            self._finish(state, "finish")
             return
         if not complete:
-            finish(state, "length")
+            self._finish(state, "length")
             return
         output = result.transcript
         output.add_result(tool_output_text(record.ok, record.output, record.error))
-        state.ids += self.tokenizer.encode(output.segments[-1].text)
+        appended = self.tokenizer.encode(output.segments[-1].text)
+        state.ids += appended
+        result.record.add_context(appended)
         if state.turns >= self.config.max_turns:
-            finish(state, "max_turns")
+            self._finish(state, "max_turns")
             return
-        submit(state)
+        self._summarize_or_submit(state)
 
 
 def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode:
@@ -234,7 +400,7 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             *(
                 Message(role="assistant", content=render.text)
                 for render in result.transcript.segments
-                if render.kind == "tool_call"
+                if render.kind in ("tool_call", "summary")
             ),
         ),
         tool_calls=tuple(

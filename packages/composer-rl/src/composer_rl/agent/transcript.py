@@ -21,7 +21,7 @@ from composer_rl.agent.format import (
     render_result,
 )
 
-SegmentKind = Literal["prompt", "tool_call", "tool_output", "final_message"]
+SegmentKind = Literal["prompt", "tool_call", "tool_output", "final_message", "summary"]
 
 
 class Encoder(Protocol):
@@ -35,7 +35,7 @@ class Segment:
 
     @property
     def trainable(self) -> bool:
-        return self.kind in ("tool_call", "final_message")
+        return self.kind in ("tool_call", "final_message", "summary")
 
 
 @dataclass
@@ -80,6 +80,8 @@ def tool_output_text(ok: bool, output: str, error: str | None) -> str:
 def count_tokens(segments: Sequence[Segment], tokenizer: Encoder) -> dict[str, int]:
     counts = {"tool_call": 0, "tool_output": 0, "final_message": 0, "thinking": 0}
     for seg in segments:
-        if seg.kind in counts:
-            counts[seg.kind] += len(tokenizer.encode(seg.text))
+        # A self-summary is the model thinking about its own context: it counts as such.
+        kind = "thinking" if seg.kind == "summary" else seg.kind
+        if kind in counts:
+            counts[kind] += len(tokenizer.encode(seg.text))
     return counts

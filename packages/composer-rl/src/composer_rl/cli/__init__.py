@@ -37,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # What `composer-rl` with no subcommand runs, in order, each on its defaults: stage one
-# (reusing finished phases), then evaluation of its SFT checkpoint on held-out tasks. The
-# asynchronous RL loop joins this list when it lands.
-DEFAULT_PIPELINE: tuple[tuple[str, ...], ...] = (("stage1",), ("eval",))
+# (reusing finished phases), then asynchronous RL from its SFT checkpoint, which ends with
+# the held-out comparison of the final policy against the SFT policy.
+DEFAULT_PIPELINE: tuple[tuple[str, ...], ...] = (("stage1",), ("rl",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

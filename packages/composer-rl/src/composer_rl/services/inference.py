@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import GenerationResult, InferenceEngine, SamplingParams, set_threads
+from composer_model import (
+    ComposerTokenizer,
+    GenerationResult,
+    InferenceEngine,
+    SamplingParams,
+    set_threads,
+)
+from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
 from composer_rl.services._common import ModelSource, build_model
+from composer_rl.tasks.model import Task
 
 
 class InferenceService:
@@ -28,9 +36,13 @@ class InferenceService:
         readers: int = 2,
         follow_interval_s: float | None = None,
         threads: int | None = None,
+        max_seq_len: int | None = None,
     ) -> None:
         set_threads(threads)
-        self.engine = InferenceEngine(build_model(model), max_batch_size=max_batch_size)
+        self.engine = InferenceEngine(
+            build_model(model), max_batch_size=max_batch_size, max_seq_len=max_seq_len
+        )
+        self.runner: EpisodeRunner | None = None
         self.subscriber = WeightSubscriber(
             open_store(store_url), readers=readers, on_update=self.engine.update_weights
         )
@@ -77,5 +89,42 @@ class InferenceService:
         ]
         return self.engine.generate([list(p) for p in prompts], params)
 
+    # --- rollouts for the RL loop -------------------------------------------------------
+
+    def start_rollouts(self, tokenizer_path: str, config: RunnerConfig) -> None:
+        """Drive agent episodes on this engine (the RL loop's rollout side)."""
+        tokenizer = ComposerTokenizer.from_file(tokenizer_path)
+        self.engine.tokenizer = tokenizer
+        self.runner = EpisodeRunner(self.engine, tokenizer, config)
+
+    def _runner(self) -> EpisodeRunner:
+        if self.runner is None:
+            raise RuntimeError("call start_rollouts(tokenizer_path, config) before episodes")
+        return self.runner
+
+    def submit_episodes(self, task: Task, samples: int, key: str) -> None:
+        """Queue `samples` episodes of `task`, labelled `key` (the group id)."""
+        runner = self._runner()
+        for sample in range(samples):
+            runner.submit(task, sample, key)
+
+    def poll_episodes(self, max_steps: int = 64) -> list[tuple[str, EpisodeResult]]:
+        """Decode until some episodes are graded (or `max_steps` engine steps); return them.
+
+        Weights followed from the store are applied between these steps (in flight), so an
+        episode's tokens may carry several versions.
+        """
+        runner = self._runner()
+        done: list[EpisodeResult] = []
+        for _ in range(max_steps):
+            if not runner.in_flight:
+                break
+            done += runner.poll()
+            if done:
+                break
+        return [(r.key, r) for r in done]
+
     def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
         self.subscriber.close()

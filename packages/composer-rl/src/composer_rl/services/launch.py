@@ -126,6 +126,7 @@ def start_services(
     max_batch_size: int = 8,
     threads: int | None = None,
     placement: Mapping[str, Mapping[str, float]] | None = None,
+    inference_options: Mapping[str, Any] | None = None,
 ) -> Services:
     """Spawn training, `inference_replicas` inference, environment and evaluation actors.
 
@@ -140,7 +141,8 @@ def start_services(
     --resources``), and holds the amounts while it lives. Unnamed services go where Ray
     puts them. Keys are `SERVICE_NAMES`; every inference replica gets the same request.
     A resource that no live node offers in that amount is an error here rather than an
-    actor that waits forever to be scheduled.
+    actor that waits forever to be scheduled. `inference_options` are further keyword
+    arguments of every `InferenceService` (e.g. ``follow_interval_s``, ``max_seq_len``).
     """
     if inference_replicas < 1:
         raise ValueError(f"inference_replicas must be >= 1, got {inference_replicas}")
@@ -173,6 +175,7 @@ def start_services(
                 max_batch_size=max_batch_size,
                 threads=threads,
                 resources=where.get("inference"),
+                **dict(inference_options or {}),
             )
             for _ in range(inference_replicas)
         ]

@@ -18,6 +18,7 @@ objective plugs into the same step.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,12 @@ from composer_model import (
     build_optimizer,
     compute_loss,
     lr_at,
+    save_pretrained,
     set_threads,
     train_step,
 )
+from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.trainer import RLLossConfig, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
 
 LossFn = Callable[[ComposerModel, torch.Tensor, torch.Tensor], StepObjective]
@@ -76,6 +80,11 @@ class TrainingConfig(BaseModel):
     )
     seed: int = 0
     threads: int | None = Field(default=None, ge=1, description="torch threads in this process")
+    rl: RLLossConfig = Field(default_factory=RLLossConfig, description="the RL objective")
+    reference: bool = Field(
+        default=False,
+        description="keep a frozen copy of the initial policy as the KL reference (RL)",
+    )
 
 
 class TrainingService:
@@ -98,12 +107,19 @@ class TrainingService:
             if checkpoint_dir is not None
             else None
         )
+        # The KL reference is the policy we start from (before any checkpoint is restored).
+        self.reference: ComposerModel | None = None
+        if self.config.reference:
+            self.reference = build_model(model, seed=self.config.seed).eval()
+            self.reference.requires_grad_(False)
         self.step = 0
         self.policy_version = 0
+        self.loop_state: dict[str, Any] = {}
         resumed = self.checkpointer.load(self.model, self.optimizer) if self.checkpointer else None
         if resumed is not None:  # a restarted actor continues where the last checkpoint was
             self.step = resumed.step
             self.policy_version = resumed.policy_version
+            self.loop_state = dict(resumed.sampler)
         store = open_store(store_url)
         self._skip_used_versions(store)
         self.publisher = WeightPublisher(
@@ -154,11 +170,36 @@ class TrainingService:
         """
         input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
         objective = loss_fn or _next_token_loss
+        stats = self._step(lambda: objective(self.model, input_ids, cu_seqlens), wait=wait)
+        stats["tokens"] = int(input_ids.numel())
+        return stats
+
+    def train_rl(
+        self, trajectories: Sequence[Trajectory], loop_state: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
+
+        `loop_state` (the orchestrator's consumed and dropped groups) is stored with the
+        next step checkpoint, so a resumed run trains exactly the groups it had not.
+        """
+        batch = pack(trajectories)
+        if loop_state is not None:
+            self.loop_state = dict(loop_state)
+        stats = self._step(lambda: rl_loss(self.model, batch, self.config.rl, self.reference))
+        stats["tokens"] = batch.num_tokens
+        stats["sequences"] = batch.num_sequences
+        return stats
+
+    def _step(
+        self, objective: Callable[[], StepObjective], *, wait: bool = False
+    ) -> dict[str, Any]:
+        """`composer_model.train_step` on `objective`, then version up, publish, checkpoint."""
+        began = time.monotonic()
         try:
             stats = train_step(
                 self.model,
                 self.optimizer,
-                lambda: objective(self.model, input_ids, cu_seqlens),
+                objective,
                 grad_clip=self.config.optim.grad_clip,
                 lr=lr_at(self.step, self.config.total_steps, self.config.optim),
             )
@@ -176,7 +217,7 @@ class TrainingService:
             **stats.as_dict(),
             "step": self.step,
             "version": self.policy_version,
-            "tokens": int(input_ids.numel()),
+            "train_seconds": time.monotonic() - began,
         }
 
     def save_checkpoint(self) -> str:
@@ -187,13 +228,22 @@ class TrainingService:
             step=self.step,
             model=self.model,
             optimizer=self.optimizer,
-            sampler={},  # the RL loop's sampler position goes here when it drives training
+            sampler=self.loop_state,  # the RL loop's consumed / dropped groups
             policy_version=self.policy_version,
         )
         return str(path)
 
     def version(self) -> int:
         return self.policy_version
+
+    def export(self, directory: str) -> str:
+        """Write the current policy with `save_pretrained` (loadable by eval and inference)."""
+        save_pretrained(self.model, directory)
+        return directory
+
+    def resume_state(self) -> dict[str, Any]:
+        """Step, version and loop state restored from the latest checkpoint (empty if none)."""
+        return {"step": self.step, "version": self.policy_version, "loop": self.loop_state}
 
     def flush(self) -> int:
         """Wait until every published version is in the store; returns the current version."""

@@ -1,0 +1,122 @@
+"""``composer-rl rl``: asynchronous RL from a stage-one checkpoint, then the final comparison."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Any
+
+from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from composer_rl.rl.config import add_config_flags
+
+    parser = subparsers.add_parser(
+        "rl",
+        help="asynchronous RL on the built-in tasks from a stage-one checkpoint (resumable)",
+        description=(
+            "Runs (or resumes) the asynchronous RL loop on the services, then evaluates the "
+            "final policy against the starting one on held-out tasks. Every setting is a flag "
+            "(--section.field) or a key of a TOML file given with --config; flags win. "
+            f"--ray-address defaults to ${RAY_ADDRESS_ENV}."
+        ),
+    )
+    add_config_flags(parser)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=main)
+
+
+def _fmt(pair: tuple[float, float]) -> str:
+    mean, se = pair
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.3f}" + ("" if math.isnan(se) else f" ± {se:.3f}")
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from composer_rl.rl.compare import comparison_rows, heldout_tasks, score_policy
+    from composer_rl.rl.config import ConfigError, config_from_args
+    from composer_rl.rl.plots import plot_comparison, plot_training
+    from composer_rl.rl.run import run_rl, runner_config
+
+    if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
+        setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    console = Console()
+    columns = (
+        TextColumn("RL"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, disable=args.no_progress) as progress:
+        bar = progress.add_task("rl", total=config.loop.steps, info="starting services")
+
+        def on_step(row: dict[str, Any]) -> None:
+            reward = row.get("reward_mean")
+            progress.update(
+                bar,
+                completed=row["step"],
+                info=f"reward {reward:.3f} lag {row['token_lag_mean']:.1f}"
+                if reward is not None
+                else "",
+            )
+
+        history = run_rl(config, on_step=on_step)
+    run_dir = config.run_dir
+    training_png = plot_training(run_dir)
+    summary: dict[str, Any] = {"steps_this_call": len(history), "run_dir": str(run_dir)}
+    if history:
+        summary["generation_tokens_per_s"] = sum(
+            r["generation_tokens_per_s"] for r in history
+        ) / len(history)
+        summary["token_lag_mean"] = sum(r["token_lag_mean"] for r in history) / len(history)
+    if config.eval.per_template:
+        tasks = heldout_tasks(config.eval.per_template, seed=config.seed)
+        runner = runner_config(config)
+        console.print(f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks")
+        scores = [
+            score_policy(name, path, tasks, runner=runner, samples_for_k=config.eval.pass_k_samples,
+                         threads=config.threads)
+            for name, path in (("sft", config.model), ("rl", run_dir / "final"))
+        ]  # fmt: skip
+        rows = comparison_rows(*scores)
+        table = Table(title=f"held-out: SFT ({config.model}) against RL ({run_dir / 'final'})")
+        for column in ("metric", "tasks", "SFT", "RL", "RL - SFT (paired)"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(
+                row["metric"],
+                str(row["tasks"]),
+                _fmt(row["sft"]),
+                _fmt(row["rl"]),
+                _fmt(row["margin"]),
+            )
+        console.print(table)
+        summary["comparison"] = rows
+        summary["reward_mean"] = {s.name: s.reward_mean for s in scores}
+        comparison_png = plot_comparison(run_dir, rows)
+        console.print(f"plots: {training_png} {comparison_png}")
+    else:
+        console.print(f"plot: {training_png}")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if history:
+        last = history[-1]
+        console.print(
+            f"trained {len(history)} steps this call (to step {last['step']}, version "
+            f"{last['version']}); generation {summary['generation_tokens_per_s']:.0f} tokens/s, "
+            f"mean token lag {summary['token_lag_mean']:.2f}"
+        )
+    console.print(f"run directory: {run_dir} (metrics.jsonl, episodes/, checkpoints/, final/)")
+    return 0

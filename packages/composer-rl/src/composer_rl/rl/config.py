@@ -1,0 +1,250 @@
+"""The RL run's configuration: typed, validated, loadable from TOML, one flag per knob.
+
+Every knob lives in one pydantic model (`RLConfig`) with sections; a TOML file gives any
+subset of them and flags override the file (`--section.field value`). An unknown key or a
+bad value is an error that names the key and what it accepts, never a silent default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from composer_rl.plugins.settings import PluginSettings
+from composer_rl.rl.trainer import RLLossConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoopSection(_Section):
+    steps: int = Field(default=30, ge=1, description="optimizer steps of the RL run")
+    group_size: int = Field(default=8, ge=2, description="G episodes per prompt (fixed)")
+    groups_per_step: int = Field(default=2, ge=1, description="groups in one trained batch")
+    max_groups_in_flight: int = Field(
+        default=3, ge=1, description="rollout slots, counted in groups (asynchrony headroom)"
+    )
+    max_off_policy_steps: int = Field(
+        default=3, ge=0, description="drop a group whose oldest token is more versions behind"
+    )
+    stale_policy: Literal["drop", "regenerate"] = "drop"
+    drop_constant_groups: bool = Field(
+        default=True, description="leave out groups whose rewards are all equal (no signal)"
+    )
+    sync: bool = Field(default=False, description="alternate generation and training")
+    upsample_hard_after: float | None = Field(
+        default=0.5, ge=0, le=1, description="favour harder kinds after this share of steps"
+    )
+
+
+class RolloutSection(_Section):
+    max_turns: int = Field(default=6, ge=1)
+    max_new_tokens: int = Field(default=160, ge=8)
+    temperature: float = Field(default=1.0, gt=0)
+    max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
+    max_seq_len: int = Field(default=1024, ge=64)
+    grading_workers: int = Field(default=2, ge=1)
+    record_routing: bool = Field(default=True, description="needed for router replay")
+
+
+class TrainSection(_Section):
+    lr: float = Field(default=2e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    grad_clip: float | None = Field(default=1.0, gt=0)
+    checkpoint_every: int = Field(default=5, ge=1)
+
+
+class TasksSection(_Section):
+    per_template: int = Field(
+        default=0, ge=0, description="training tasks per template (0: every one)"
+    )
+    source: Path | None = Field(default=None, description="task directory instead of built-ins")
+
+
+class EvalSection(_Section):
+    per_template: int = Field(
+        default=24, ge=0, description="held-out tasks per template for the final comparison"
+    )
+    every: int = Field(
+        default=0, ge=0, description="evaluate every Nth version during the run (0: off)"
+    )
+    during_per_template: int = Field(default=4, ge=1)
+    samples: int = Field(default=1, ge=1)
+    pass_k_samples: int = Field(default=0, ge=0, description="extra samples for pass@k (0: off)")
+
+
+class RLConfig(_Section):
+    """A whole RL run. `model` is a stage-one checkpoint directory (with tokenizer.json)."""
+
+    model: Path = Path("runs/stage1/sft/final")
+    run_dir: Path = Path("runs/rl")
+    seed: int = 0
+    store: str | None = Field(
+        default=None, description="weight store URL (default file://run_dir/weights)"
+    )
+    sandbox: str | None = Field(default=None, description="sandbox backend (default bwrap)")
+    ray_address: str | None = Field(default=None, description="join a Ray cluster (default: local)")
+    local: bool = Field(default=False, description="services in threads of this process, no Ray")
+    threads: int | None = Field(default=1, ge=1, description="torch threads per service")
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
+    rewards: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings of reward plugins by name (composer_configure's config['rewards'])",
+    )
+    monitors: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings of behaviour monitors by name (config['monitors'])",
+    )
+    loop: LoopSection = Field(default_factory=LoopSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    loss: RLLossConfig = Field(default_factory=RLLossConfig)
+    tasks: TasksSection = Field(default_factory=TasksSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+
+
+class ConfigError(ValueError):
+    """A configuration problem, said in terms of the key to change."""
+
+
+def _explain(error: ValidationError, origin: str) -> ConfigError:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"])
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{origin}: unknown key {key!r}")
+        else:
+            lines.append(f"{origin}: {key}: {item['msg']} (got {item.get('input')!r})")
+    return ConfigError("; ".join(lines))
+
+
+def _section_type(annotation: Any) -> type[BaseModel] | None:
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )
+
+
+def _leaf_fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, info in model.model_fields.items():
+        sub = _section_type(info.annotation)
+        if sub is not None:
+            out += _leaf_fields(sub, f"{prefix}{name}.")
+        else:
+            out.append((f"{prefix}{name}", info))
+    return out
+
+
+def _choices(annotation: Any) -> list[str] | None:
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return [str(a) for a in args]
+    if origin in (typing.Union, types.UnionType):
+        for a in args:
+            found = _choices(a)
+            if found:
+                return found
+    return None
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """`--config FILE` and one `--section.field` flag per knob (values parsed by pydantic)."""
+    parser.add_argument("--config", type=Path, help="TOML file with any of the settings below")
+    for key, info in _leaf_fields(RLConfig):
+        choices = _choices(info.annotation)
+        help_text = (
+            info.description or ""
+        ) + f" (default: {info.get_default(call_default_factory=True)!r})"
+        if choices:
+            help_text += f"; one of {', '.join(choices)}"
+        flag = "--" + key.replace("_", "-")
+        parser.add_argument(flag, dest=f"cfg::{key}", metavar="V", help=help_text)
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        tree = tree.setdefault(p, {})
+    tree[leaf] = value
+
+
+def _parse_flag(raw: str) -> Any:
+    text = raw.strip()
+    if text.lower() in ("none", "null"):
+        return None
+    if text.startswith(("[", "{")):  # lists and tables as JSON: --plugins.block '["style"]'
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"flag value {raw!r} is not valid JSON: {error}") from None
+    return raw
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> RLConfig:
+    """The file's settings, then `overrides` (dotted keys), validated together."""
+    data: dict[str, Any] = {}
+    origin = "defaults"
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"{path} is not valid TOML: {error}") from None
+        origin = str(path)
+    for key, value in (overrides or {}).items():
+        _set(data, key, value)
+        origin = f"{origin} + flags" if path else "flags"
+    try:
+        return RLConfig.model_validate(data)
+    except ValidationError as error:
+        raise _explain(error, origin) from None
+
+
+def config_from_args(args: argparse.Namespace) -> RLConfig:
+    overrides = {
+        key.removeprefix("cfg::"): _parse_flag(value)
+        for key, value in vars(args).items()
+        if key.startswith("cfg::") and value is not None
+    }
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def to_toml(config: RLConfig) -> str:
+    """The resolved configuration as TOML (written into the run directory)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    top: list[str] = []
+    sections: list[str] = []
+    for name, field_value in config.model_dump(mode="json").items():
+        if isinstance(field_value, dict):
+            body = [f"{k} = {value(v)}" for k, v in field_value.items() if v is not None]
+            sections.append(f"\n[{name}]\n" + "\n".join(body))
+        elif field_value is not None:
+            top.append(f"{name} = {value(field_value)}")
+    return "\n".join(top) + "\n" + "\n".join(sections) + "\n"
+
+
+__all__ = [
+    "ConfigError",
+    "RLConfig",
+    "add_config_flags",
+    "config_from_args",
+    "load_config",
+    "to_toml",
+]

@@ -1,0 +1,435 @@
+"""The asynchronous RL loop: rollout slots, groups, staleness, the batch queue, the trainer.
+
+The orchestrator owns no model. It talks to two endpoints, each a plain service object
+called through a future (`Endpoint`): in tests the services run in threads of this process,
+in a run they are Ray actors. The loop never blocks on one of them while the other could
+work:
+
+- **rollout**: `submit_episodes(task, samples, group_id)` and `poll_episodes()` on the
+  inference service (an `EpisodeRunner` over its engine, weights followed from the store
+  between decode steps). Slots are refilled as groups are handed out, so generation goes on
+  while the trainer steps.
+- **trainer**: `train_rl(trajectories, state)` on the training service: one step of the
+  project's training step with the RL loss, then version v+1 is published.
+
+A finished group (G episodes of one task) is scored through the one plugin manager, gets
+Dr. GRPO advantages, is written to the group checkpoint store (never regenerated after a
+kill), and queued. Before it is trained, the staleness rule counts queue time: a group
+whose oldest token is more than `max_off_policy_steps` versions behind the trainer is
+dropped (or its task regenerated) and counted. With `sync=True` the same loop alternates
+(generate a batch, then train on it) - a flag, not a second loop.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
+from composer_rl.rl.algorithm import group_advantages
+from composer_rl.rl.batch import Trajectory
+from composer_rl.rl.sampler import TaskSampler
+from composer_rl.tasks.model import Task
+
+
+class Endpoint(Protocol):
+    """A service method call that returns a future (a thread, or a Ray actor call)."""
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]: ...
+
+
+@dataclass
+class ScoredEpisode:
+    """What the rollout side hands back for one episode, scored by the orchestrator."""
+
+    trajectories: list[Trajectory]
+    reward: float | None  # None: the infrastructure failed (no reward, not a zero)
+    components: dict[str, float] = field(default_factory=dict)
+    flags: dict[str, str] = field(default_factory=dict)
+    solved: bool = False
+    turns: int = 0
+    generated_tokens: int = 0
+    sandbox_seconds: float = 0.0
+    record: dict[str, Any] = field(default_factory=dict)  # the episodes/*.jsonl line
+
+
+@dataclass
+class OrchestratorConfig:
+    steps: int = 20
+    group_size: int = 4
+    groups_per_step: int = 2
+    max_groups_in_flight: int = 4  # rollout slots, in groups (asynchrony headroom)
+    max_off_policy_steps: int = 4
+    stale_policy: Literal["drop", "regenerate"] = "drop"
+    drop_constant_groups: bool = True
+    sync: bool = False
+
+
+@dataclass
+class _OpenGroup:
+    group_id: str
+    task: Task
+    episodes: list[ScoredEpisode] = field(default_factory=list)
+
+
+@dataclass
+class ReadyGroup:
+    group_id: str
+    task_id: str
+    trajectories: list[Trajectory]
+    oldest_version: int
+    rewards: list[float | None]
+
+    def lag(self, version: int) -> int:
+        return version - self.oldest_version
+
+
+@dataclass
+class LoopCounters:
+    groups_finished: int = 0
+    groups_constant: int = 0
+    groups_stale_dropped: int = 0
+    groups_regenerated: int = 0
+    episodes_infra_failed: int = 0
+    groups_resumed: int = 0
+    tasks_reissued: int = 0
+
+
+ScoreFn = Callable[[Any], ScoredEpisode]
+"""Turns one rollout result into a scored episode (rewards and monitors through the plugins)."""
+
+
+def group_to_record(group_id: str, task_id: str, trajs: list[Trajectory]) -> FinishedGroup:
+    """The group checkpoint form (composer-infra's `FinishedGroup`) of a finished group."""
+    episodes = []
+    for traj in trajs:
+        first = traj.sampled.index(True) if True in traj.sampled else len(traj.tokens)
+        episodes.append(
+            EpisodeRecord(
+                episode_id=f"{traj.episode_id}.{traj.segment}",
+                prompt_tokens=traj.tokens[:first],
+                completion_tokens=traj.tokens[first:],
+                policy_versions=traj.versions[first:],
+                logprobs=traj.logprobs[first:],
+                reward=0.0 if traj.reward is None else traj.reward,
+                advantage=0.0 if traj.advantage is None else traj.advantage,
+                metadata={
+                    "sampled": traj.sampled[first:],
+                    "routing": traj.routing,
+                    "reward_missing": traj.reward is None,
+                    "advantage_missing": traj.advantage is None,
+                    "episode_id": traj.episode_id,
+                    "segment": traj.segment,
+                },
+            )
+        )
+    return FinishedGroup(group_id=group_id, prompt_id=task_id, episodes=episodes)
+
+
+def record_to_trajectories(group: FinishedGroup) -> list[Trajectory]:
+    out = []
+    for ep in group.episodes:
+        meta = ep.metadata
+        n_prompt = len(ep.prompt_tokens)
+        out.append(
+            Trajectory(
+                tokens=ep.prompt_tokens + ep.completion_tokens,
+                sampled=[False] * n_prompt + list(meta["sampled"]),
+                logprobs=[0.0] * n_prompt + list(ep.logprobs or []),
+                versions=[-1] * n_prompt + list(ep.policy_versions),
+                routing=meta.get("routing"),
+                reward=None if meta.get("reward_missing") else ep.reward,
+                advantage=None if meta.get("advantage_missing") else ep.advantage,
+                group_id=group.group_id,
+                episode_id=meta.get("episode_id", ep.episode_id),
+                segment=int(meta.get("segment", 0)),
+            )
+        )
+    return out
+
+
+def ready_from_trajectories(
+    group_id: str, task_id: str, trajs: list[Trajectory]
+) -> ReadyGroup | None:
+    trainable = [t for t in trajs if t.advantage is not None and t.num_sampled]
+    versions = [v for t in trainable for v in t.sampled_versions]
+    if not trainable or not versions:
+        return None
+    return ReadyGroup(
+        group_id=group_id,
+        task_id=task_id,
+        trajectories=trainable,
+        oldest_version=min(versions),
+        rewards=[t.reward for t in trajs if t.segment == 0],
+    )
+
+
+class Orchestrator:
+    """Runs the loop until `config.steps` optimizer steps are done or the epoch runs out."""
+
+    def __init__(
+        self,
+        config: OrchestratorConfig,
+        sampler: TaskSampler,
+        groups: GroupStore,
+        rollout: Endpoint,
+        trainer: Endpoint,
+        score: ScoreFn,
+        *,
+        start_step: int = 0,
+        start_version: int = 0,
+        consumed: set[str] | None = None,
+        dropped: set[str] | None = None,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        on_episode: Callable[[ScoredEpisode, str], None] | None = None,
+        step_boundary: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.sampler = sampler
+        self.groups = groups
+        self.rollout = rollout
+        self.trainer = trainer
+        self.score = score
+        self.step = start_step
+        self.version = start_version
+        self.consumed = set(consumed or ())
+        self.dropped = set(dropped or ())
+        self.on_step = on_step
+        self.on_episode = on_episode
+        self.step_boundary = step_boundary
+        self.counters = LoopCounters()
+        self.open: dict[str, _OpenGroup] = {}
+        self.ready: deque[ReadyGroup] = deque()
+        self.reissue: deque[Task] = deque()
+        self._group_counter = len(sampler.drawn)
+        self._trainer_idle_s = 0.0
+        self._gen_tokens = 0
+        self._sandbox_s = 0.0
+        self._window: list[ScoredEpisode] = []
+        self._resume()
+
+    # --- resume -----------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        """Groups generated but not trained are queued; drawn tasks with no group are redone."""
+        have: set[str] = set()
+        for gid in self.groups.ids():
+            record = self.groups.get(gid)
+            have.add(str(record.prompt_id))
+            if gid in self.consumed or gid in self.dropped:
+                continue
+            ready = ready_from_trajectories(
+                gid, str(record.prompt_id), record_to_trajectories(record)
+            )
+            if ready is not None:
+                self.ready.append(ready)
+                self.counters.groups_resumed += 1
+        for task_id in self.sampler.drawn:
+            if task_id not in have:
+                self.reissue.append(self.sampler.tasks[task_id])
+                self.counters.tasks_reissued += 1
+
+    # --- rollout side -----------------------------------------------------------------
+
+    def _next_task(self) -> Task | None:
+        if self.reissue:
+            return self.reissue.popleft()
+        return self.sampler.next()
+
+    def _want_more(self, training: bool) -> bool:
+        c = self.config
+        if c.sync:
+            # Alternate: fill exactly one batch, then wait for the trainer.
+            return not training and len(self.open) + len(self.ready) < c.groups_per_step
+        return len(self.open) < c.max_groups_in_flight
+
+    def _fill(self, training: bool) -> None:
+        while self._want_more(training):
+            task = self._next_task()
+            if task is None:
+                return
+            self._group_counter += 1
+            gid = f"g{self._group_counter:06d}-{task.id}"
+            self.open[gid] = _OpenGroup(gid, task)
+            self.rollout.call("submit_episodes", task, self.config.group_size, gid).result()
+
+    def _take_episodes(self, results: list[tuple[str, Any]]) -> None:
+        for gid, raw in results:
+            group = self.open.get(gid)
+            if group is None:
+                continue
+            scored = self.score(raw)
+            for traj in scored.trajectories:
+                traj.group_id = gid
+            self._gen_tokens += scored.generated_tokens
+            self._sandbox_s += scored.sandbox_seconds
+            if scored.reward is None:
+                self.counters.episodes_infra_failed += 1
+            group.episodes.append(scored)
+            self._window.append(scored)
+            if self.on_episode is not None:
+                self.on_episode(scored, gid)
+            if scored.generated_tokens:
+                self.sampler.record_effort(group.task, scored.turns, scored.generated_tokens)
+            if len(group.episodes) == self.config.group_size:
+                self._finish_group(self.open.pop(gid))
+
+    def _finish_group(self, group: _OpenGroup) -> None:
+        self.counters.groups_finished += 1
+        advantages = group_advantages([e.reward for e in group.episodes])
+        trajs: list[Trajectory] = []
+        for episode, adv in zip(group.episodes, advantages.advantages, strict=True):
+            for traj in episode.trajectories:
+                traj.reward, traj.advantage = episode.reward, adv
+                trajs.append(traj)
+        self.groups.put(group_to_record(group.group_id, group.task.id, trajs))
+        if advantages.constant and self.config.drop_constant_groups:
+            self.counters.groups_constant += 1
+            self.dropped.add(group.group_id)
+            return
+        ready = ready_from_trajectories(group.group_id, group.task.id, trajs)
+        if ready is None:
+            self.dropped.add(group.group_id)
+            return
+        self.ready.append(ready)
+
+    # --- trainer side -----------------------------------------------------------------
+
+    def _batch(self) -> list[ReadyGroup] | None:
+        """Up to `groups_per_step` fresh groups, after dropping (or redoing) stale ones."""
+        fresh: list[ReadyGroup] = []
+        while self.ready and len(fresh) < self.config.groups_per_step:
+            group = self.ready.popleft()
+            if group.lag(self.version) > self.config.max_off_policy_steps:
+                self.counters.groups_stale_dropped += 1
+                self.dropped.add(group.group_id)
+                if self.config.stale_policy == "regenerate":
+                    self.counters.groups_regenerated += 1
+                    self.reissue.append(self.sampler.tasks[group.task_id])
+                continue
+            fresh.append(group)
+        if len(fresh) < self.config.groups_per_step:
+            for group in reversed(fresh):
+                self.ready.appendleft(group)
+            return None
+        if self.config.sync and self.open:
+            for group in reversed(fresh):
+                self.ready.appendleft(group)
+            return None
+        return fresh
+
+    def state(self, extra_consumed: list[str]) -> dict[str, Any]:
+        """What the trainer's step checkpoint records for the loop (the sampler lives apart)."""
+        return {
+            "consumed": sorted(self.consumed | set(extra_consumed)),
+            "dropped": sorted(self.dropped),
+        }
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def run(self) -> list[dict[str, Any]]:
+        history: list[dict[str, Any]] = []
+        poll: Future[Any] | None = None
+        train: Future[Any] | None = None
+        batch: list[ReadyGroup] = []
+        idle_since = time.monotonic()
+        step_began = time.monotonic()
+        while self.step < self.config.steps:
+            self._fill(training=train is not None)
+            if train is None:
+                chosen = self._batch()
+                if chosen is not None:
+                    batch = chosen
+                    self._trainer_idle_s += time.monotonic() - idle_since
+                    trajectories = [t for g in batch for t in g.trajectories]
+                    state = self.state([g.group_id for g in batch])
+                    train = self.trainer.call("train_rl", trajectories, state)
+            if poll is None and self.open:
+                poll = self.rollout.call("poll_episodes")
+            waiting = [f for f in (poll, train) if f is not None]
+            if not waiting:
+                if self.sampler.exhausted and not self.reissue and not self.ready:
+                    break  # the epoch is over
+                continue
+            wait(waiting, return_when=FIRST_COMPLETED)
+            if poll is not None and poll.done():
+                self._take_episodes(poll.result())
+                poll = None
+            if train is not None and train.done():
+                stats = train.result()
+                train = None
+                idle_since = time.monotonic()
+                self.step = int(stats["step"])
+                self.version = int(stats["version"])
+                self.consumed |= {g.group_id for g in batch}
+                row = self._step_row(stats, batch, time.monotonic() - step_began)
+                step_began = time.monotonic()
+                history.append(row)
+                if self.on_step is not None:
+                    self.on_step(row)
+                if self.step_boundary is not None:
+                    self.step_boundary(self.step)
+        if train is not None:
+            train.result()
+        if poll is not None:
+            poll.result()
+        return history
+
+    def _step_row(
+        self, stats: dict[str, Any], batch: list[ReadyGroup], seconds: float
+    ) -> dict[str, Any]:
+        lags = [g.lag(self.version - 1) for g in batch]
+        token_lags = [
+            self.version - 1 - v for g in batch for t in g.trajectories for v in t.sampled_versions
+        ]
+        window, self._window = self._window, []
+        rewards = [e.reward for e in window if e.reward is not None]
+        components: dict[str, list[float]] = {}
+        flags: Counter[str] = Counter()
+        for e in window:
+            for k, v in e.components.items():
+                components.setdefault(k, []).append(v)
+            flags.update(e.flags.keys())
+        row: dict[str, Any] = {
+            **stats,
+            "groups": len(batch),
+            "trained_groups": [g.group_id for g in batch],
+            "group_lag_max": max(lags) if lags else 0,
+            "token_lag_mean": statistics.fmean(token_lags) if token_lags else 0.0,
+            "token_lag_max": max(token_lags) if token_lags else 0,
+            "token_lag_hist": dict(Counter(token_lags)),
+            "episodes": len(window),
+            "reward_mean": statistics.fmean(rewards) if rewards else None,
+            "solved_rate": statistics.fmean(e.solved for e in window) if window else None,
+            "reward_components": {k: statistics.fmean(v) for k, v in sorted(components.items())},
+            "monitor_flags": dict(flags),
+            "generated_tokens": self._gen_tokens,
+            "generation_tokens_per_s": self._gen_tokens / seconds if seconds > 0 else 0.0,
+            "trainer_idle_s": self._trainer_idle_s,
+            "sandbox_s": self._sandbox_s,
+            "step_seconds": seconds,
+            **{f"count_{k}": v for k, v in vars(self.counters).items()},
+            "tasks_drawn": len(self.sampler.drawn),
+        }
+        self._gen_tokens = 0
+        self._trainer_idle_s = 0.0
+        self._sandbox_s = 0.0
+        return row
+
+
+__all__ = [
+    "Endpoint",
+    "LoopCounters",
+    "Orchestrator",
+    "OrchestratorConfig",
+    "ReadyGroup",
+    "ScoreFn",
+    "ScoredEpisode",
+    "group_to_record",
+    "record_to_trajectories",
+]

@@ -1,0 +1,82 @@
+"""PNG plots of an RL run, drawn from its metrics.jsonl (and the final comparison)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            xs.append(int(row["step"]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def plot_training(run_dir: Path) -> Path:
+    """Reward, solve rate, lag, KL and mismatch per step: one PNG with five panels."""
+    rows = read_rows(run_dir)
+    panels = [
+        ("reward_mean", "mean episode reward"),
+        ("solved_rate", "share of episodes solved"),
+        ("token_lag_mean", "token lag (versions behind)"),
+        ("kl_k1", "KL to reference: k1 (k3 dashed)"),
+        ("logprob_mismatch", "|log pi_train - log pi_behaviour|"),
+    ]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        xs, ys = _series(rows, key)
+        ax.plot(xs, ys, marker=".", linewidth=1)
+        if key == "kl_k1":
+            xs3, ys3 = _series(rows, "kl_k3")
+            ax.plot(xs3, ys3, linestyle="--", linewidth=1)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("optimizer step")
+    fig.tight_layout()
+    out = run_dir / "training.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_comparison(run_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    """SFT against RL for each metric of the comparison table, with standard-error bars."""
+    labels = [r["metric"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(labels)), 3.2))
+    width = 0.38
+    for offset, key, name in ((-width / 2, "sft", "SFT"), (width / 2, "rl", "RL")):
+        means = [r[key][0] for r in rows]
+        errors = [0 if math.isnan(r[key][1]) else r[key][1] for r in rows]
+        ax.bar(
+            [i + offset for i in range(len(rows))], means, width, yerr=errors, label=name, capsize=3
+        )
+    ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("rate (± s.e. over tasks)")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    out = run_dir / "comparison.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+__all__ = ["plot_comparison", "plot_training", "read_rows"]

@@ -1,0 +1,269 @@
+"""Wiring of an RL run on the services: what `composer-rl rl` and the bare command call.
+
+The run directory is the single source of truth::
+
+    config.toml            the configuration as resolved
+    metrics.jsonl          one line per optimizer step (rewards, lag, KL, mismatch, counts)
+    checkpoints/           the trainer's step checkpoints (model, Adam, RNG, loop state)
+    groups/                every finished group, written once (group-level checkpoint)
+    sampler.json           the tasks already handed out (single epoch across resumes)
+    weights/               the file:// weight store (unless --store names another)
+    episodes/episodes.jsonl  one line per episode (reward components, flags, versions, text)
+    final/                 the last policy, loadable by `composer-rl eval`
+
+A killed run started again with the same command resumes from all of it: the trainer from
+its latest step checkpoint, the orchestrator with the groups no checkpointed step trained.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from composer_infra.checkpoint import GroupStore
+from composer_model import ComposerTokenizer, OptimConfig
+from composer_rl.agent.episode import RunnerConfig
+from composer_rl.plugins import build_plugin_manager
+from composer_rl.rl.config import RLConfig, to_toml
+from composer_rl.rl.episodes import score_result
+from composer_rl.rl.orchestrator import Orchestrator, OrchestratorConfig, ScoredEpisode
+from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
+from composer_rl.services.inference import InferenceService
+from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
+from composer_rl.tasks.model import Task
+
+
+class LocalEndpoint:
+    """A service object driven from one worker thread (calls run one at a time, like an actor)."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self._pool = ThreadPoolExecutor(1)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]:
+        return self._pool.submit(getattr(self.service, method), *args, **kwargs)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class RayEndpoint:
+    """A Ray actor; each call is `actor.method.remote(...)` seen as a concurrent future."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]:
+        return getattr(self.actor, method).remote(*args, **kwargs).future()
+
+    def close(self) -> None:
+        pass
+
+
+def training_tasks(config: RLConfig) -> list[Task]:
+    sources = [DirectoryTaskSource("user", config.tasks.source)] if config.tasks.source else None
+    tasks = collect_tasks(Split.TRAIN, sources=sources)
+    if config.tasks.per_template:
+        tasks = sample_tasks(tasks, config.tasks.per_template, seed=config.seed)
+    if not tasks:
+        raise ValueError("no training tasks found; check tasks.source")
+    return tasks
+
+
+def training_config(config: RLConfig) -> TrainingConfig:
+    return TrainingConfig(
+        optim=OptimConfig(
+            lr=config.train.lr,
+            weight_decay=config.train.weight_decay,
+            grad_clip=config.train.grad_clip,
+            warmup_steps=0,  # constant learning rate, as RL ran before the shared builder
+            min_lr_ratio=1.0,
+        ),
+        checkpoint_every=config.train.checkpoint_every,
+        seed=config.seed,
+        threads=config.threads,
+        rl=config.loss,
+        reference=True,
+    )
+
+
+def runner_config(config: RLConfig) -> RunnerConfig:
+    r = config.rollout
+    return RunnerConfig(
+        max_turns=r.max_turns,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        seed=config.seed,
+        backend=config.sandbox,
+        grading_workers=r.grading_workers,
+        record_routing=r.record_routing,
+    )
+
+
+@dataclass
+class RunHandles:
+    trainer: LocalEndpoint | RayEndpoint
+    rollout: LocalEndpoint | RayEndpoint
+    stop: Callable[[], None]
+
+
+def start_local(config: RLConfig, store_url: str) -> RunHandles:
+    """Both services in this process (tests, debugging): one thread each."""
+    trainer = TrainingService(
+        config.model, store_url, config.run_dir / "checkpoints", training_config(config)
+    )
+    inference = InferenceService(
+        config.model,
+        store_url,
+        max_batch_size=config.rollout.max_batch_size,
+        follow_interval_s=0.05,
+        threads=config.threads,
+        max_seq_len=config.rollout.max_seq_len,
+    )
+    t, r = LocalEndpoint(trainer), LocalEndpoint(inference)
+
+    def stop() -> None:
+        trainer.flush()
+        trainer.close()
+        inference.close()
+        t.close()
+        r.close()
+
+    return RunHandles(t, r, stop)
+
+
+def start_ray(config: RLConfig, store_url: str) -> RunHandles:
+    """Training and inference as Ray actors (local instance, or `ray_address`)."""
+    import ray
+
+    from composer_rl.services.launch import start_services
+
+    services = start_services(
+        config.model,
+        config.run_dir,
+        address=config.ray_address,
+        store_url=store_url,
+        training=training_config(config),
+        max_batch_size=config.rollout.max_batch_size,
+        threads=config.threads,
+        inference_options={"follow_interval_s": 0.05, "max_seq_len": config.rollout.max_seq_len},
+    )
+
+    def stop() -> None:
+        ray.get(services.training.flush.remote())
+        services.stop()
+
+    return RunHandles(RayEndpoint(services.training), RayEndpoint(services.inference[0]), stop)
+
+
+class RunLog:
+    """metrics.jsonl and episodes/episodes.jsonl, appended line by line."""
+
+    def __init__(self, run_dir: Path) -> None:
+        (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
+        self.metrics = (run_dir / "metrics.jsonl").open("a")
+        self.episodes = (run_dir / "episodes" / "episodes.jsonl").open("a")
+
+    def step(self, row: dict[str, Any]) -> None:
+        self.metrics.write(json.dumps(row, default=str) + "\n")
+        self.metrics.flush()
+
+    def episode(self, episode: ScoredEpisode, group_id: str) -> None:
+        self.episodes.write(json.dumps({"group": group_id, **episode.record}) + "\n")
+        self.episodes.flush()
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.episodes.close()
+
+
+def run_rl(
+    config: RLConfig,
+    *,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    step_boundary: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call."""
+    model_dir = config.model
+    tokenizer_path = model_dir / "tokenizer.json"
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(
+            f"{model_dir} has no tokenizer.json: give --model a stage-one checkpoint "
+            "(e.g. runs/stage1/sft/final, written by `composer-rl stage1`)"
+        )
+    run_dir = config.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(to_toml(config))
+    store_url = config.store or (run_dir / "weights").resolve().as_uri()
+    tokenizer = ComposerTokenizer.from_file(tokenizer_path)
+    pm = build_plugin_manager(
+        {
+            "plugins": config.plugins.model_dump(),
+            "rewards": dict(config.rewards),
+            "monitors": dict(config.monitors),
+        }
+    )
+    upsampling = (
+        UpsamplingConfig(after_fraction=config.loop.upsample_hard_after)
+        if config.loop.upsample_hard_after is not None
+        else None
+    )
+    sampler = TaskSampler(
+        training_tasks(config), config.seed, upsampling, state_path=run_dir / "sampler.json"
+    )
+    handles = start_local(config, store_url) if config.local else start_ray(config, store_url)
+    log = RunLog(run_dir)
+    try:
+        resumed = handles.trainer.call("resume_state").result()
+        handles.rollout.call("sync").result()
+        handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
+        loop_state = resumed["loop"]
+
+        def step_done(row: dict[str, Any]) -> None:
+            log.step(row)
+            if on_step is not None:
+                on_step(row)
+
+        loop = config.loop
+        orchestrator = Orchestrator(
+            OrchestratorConfig(
+                steps=loop.steps,
+                group_size=loop.group_size,
+                groups_per_step=loop.groups_per_step,
+                max_groups_in_flight=loop.max_groups_in_flight,
+                max_off_policy_steps=loop.max_off_policy_steps,
+                stale_policy=loop.stale_policy,
+                drop_constant_groups=loop.drop_constant_groups,
+                sync=loop.sync,
+            ),
+            sampler,
+            GroupStore(run_dir / "groups"),
+            handles.rollout,
+            handles.trainer,
+            lambda raw: score_result(raw, pm, tokenizer, strict=config.plugins.strict),
+            start_step=int(resumed["step"]),
+            start_version=int(resumed["version"]),
+            consumed=set(loop_state.get("consumed", [])),
+            dropped=set(loop_state.get("dropped", [])),
+            on_step=step_done,
+            on_episode=log.episode,
+            step_boundary=step_boundary,
+        )
+        history = orchestrator.run()
+        handles.trainer.call("save_checkpoint").result()
+        final = run_dir / "final"
+        handles.trainer.call("export", str(final)).result()
+        shutil.copy(tokenizer_path, final / "tokenizer.json")
+        return history
+    finally:
+        log.close()
+        handles.stop()
+
+
+__all__ = ["LocalEndpoint", "RayEndpoint", "RunLog", "run_rl", "training_tasks"]

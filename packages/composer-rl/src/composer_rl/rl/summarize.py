@@ -1,0 +1,69 @@
+"""Self-summarization: when an episode nears its context budget, the model condenses it.
+
+As in the report: generation runs until a token-length trigger; a short synthetic request
+("summarize the conversation") is appended; the model writes a summary in the room it is
+given; the episode then continues from a condensed context holding the task, the summary and
+the number of summaries so far. It can repeat. Every segment of the chain is trained with
+the episode's final reward, so summaries that carried what was needed are reinforced and
+ones that lost it are penalised.
+
+This module is the text and the trigger; `EpisodeRunner` applies them, and
+`composer_rl.agent.oracle.summary_demonstration` writes the SFT examples that teach the
+tiny model to summarize at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER, render_prompt
+
+SUMMARY_REQUEST = (
+    f"{END_OF_TURN}{USER}Context is full. Summarize the conversation: what you read, "
+    f"what you changed, and what remains to do.{END_OF_TURN}{ASSISTANT}"
+)
+"""Appended (as context, not as the model's tokens) when the trigger fires."""
+
+
+@dataclass(frozen=True)
+class SummaryConfig:
+    """When to summarize and how much room the summary gets (tokens)."""
+
+    context_budget: int = 768  # summarize when the next turn could pass this many tokens
+    summary_tokens: int = 128
+    max_summaries: int = 4
+
+    def __post_init__(self) -> None:
+        if self.summary_tokens < 8 or self.context_budget <= self.summary_tokens:
+            raise ValueError(
+                "summary: need summary_tokens >= 8 and context_budget > summary_tokens; got "
+                f"{self.summary_tokens} and {self.context_budget}"
+            )
+
+
+def should_summarize(
+    context_tokens: int, next_turn_tokens: int, done: int, config: SummaryConfig | None
+) -> bool:
+    """The trigger: the next turn could cross the budget and summaries are left."""
+    if config is None or done >= config.max_summaries:
+        return False
+    return context_tokens + next_turn_tokens > config.context_budget
+
+
+def summary_text(generated: str) -> str:
+    """The summary the model wrote, without its end-of-turn marker."""
+    return generated.split(END_OF_TURN, 1)[0].strip()
+
+
+def condensed_prompt(instruction: str, summary: str, count: int) -> str:
+    """The context an episode continues from after its `count`-th summary."""
+    return render_prompt(f"{instruction}\n\n[summary {count} of the work so far]\n{summary}")
+
+
+__all__ = [
+    "SUMMARY_REQUEST",
+    "SummaryConfig",
+    "condensed_prompt",
+    "should_summarize",
+    "summary_text",
+]

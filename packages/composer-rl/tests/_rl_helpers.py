@@ -1,0 +1,22 @@
+"""A tiny 'stage-one checkpoint' (random weights, a tokenizer trained on demonstrations) for RL tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from composer_model import ComposerModel, preset, save_pretrained, train_tokenizer
+from composer_rl.agent.oracle import play_oracle
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+
+
+def tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
+    tasks = [t for _, t in zip(range(3), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)]
+    texts = [play_oracle(t, grade=False).transcript.text for t in tasks]
+    tokenizer = train_tokenizer(texts * 4, vocab_size=400)
+    torch.manual_seed(seed)
+    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
+    save_pretrained(model, directory)
+    tokenizer.save(directory / "tokenizer.json")
+    return directory

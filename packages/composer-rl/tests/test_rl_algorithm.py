@@ -1,0 +1,139 @@
+"""The RL objective against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from composer_rl.rl.algorithm import (
+    group_advantages,
+    kl_k1,
+    kl_k3,
+    policy_gradient_loss,
+    rl_objective,
+    truncated_is_weights,
+)
+
+
+def test_advantages_are_reward_minus_group_mean_without_std_division() -> None:
+    result = group_advantages([1.0, 0.0, 0.0, 1.0, 3.0])
+    assert result.baseline == pytest.approx(1.0)
+    assert result.advantages == pytest.approx([0.0, -1.0, -1.0, 0.0, 2.0])
+    assert not result.constant
+
+
+def test_missing_reward_is_left_out_of_the_baseline_not_scored_zero() -> None:
+    result = group_advantages([1.0, None, 0.0, 0.0])
+    # Baseline over the three valid rewards (1/3), not over four with a zero.
+    assert result.baseline == pytest.approx(1 / 3)
+    assert result.advantages[1] is None
+    assert result.advantages[0] == pytest.approx(2 / 3)
+    assert result.valid == 3
+
+
+def test_constant_group_carries_no_signal() -> None:
+    assert group_advantages([0.5, 0.5, 0.5]).constant
+    assert group_advantages([None, None]).baseline is None
+
+
+def test_non_finite_reward_is_an_error() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages([1.0, math.nan])
+
+
+def test_k1_and_k3_by_hand() -> None:
+    logp = torch.tensor([math.log(0.5), math.log(0.2)])
+    ref = torch.tensor([math.log(0.25), math.log(0.4)])
+    assert kl_k1(logp, ref).tolist() == pytest.approx([math.log(2), math.log(0.5)])
+    # r = ref / pi: 0.5 and 2.0 -> (r - 1) - log r
+    expected = [(0.5 - 1) - math.log(0.5), (2.0 - 1) - math.log(2.0)]
+    assert kl_k3(logp, ref).tolist() == pytest.approx(expected)
+    assert (kl_k3(logp, ref) >= 0).all()
+
+
+def test_truncated_importance_weights_cap_and_count() -> None:
+    train = torch.log(torch.tensor([0.5, 0.9, 0.1]))
+    behaviour = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    weights, capped = truncated_is_weights(train, behaviour, cap=2.0)
+    assert weights.tolist() == pytest.approx([1.0, 2.0, 0.5])
+    assert capped.tolist() == [False, True, False]
+    off, none = truncated_is_weights(train, behaviour, cap=None)
+    assert off.tolist() == [1.0, 1.0, 1.0] and not none.any()
+    with pytest.raises(ValueError, match="cap"):
+        truncated_is_weights(train, behaviour, cap=0.0)
+
+
+def test_policy_gradient_loss_and_its_gradient_by_hand() -> None:
+    logp = torch.tensor([-1.0, -2.0, -0.5, -3.0], requires_grad=True)
+    adv = torch.tensor([1.0, 1.0, -2.0, 5.0])
+    w = torch.tensor([1.0, 0.5, 1.0, 1.0])
+    mask = torch.tensor([True, True, True, False])
+    loss = policy_gradient_loss(logp, adv, w, mask, normalizer=10.0)
+    # -(1*1*-1 + 0.5*1*-2 + 1*-2*-0.5) / 10 = -(-1 - 1 + 1) / 10 = 0.1
+    assert float(loss) == pytest.approx(0.1)
+    loss.backward()
+    assert logp.grad is not None
+    assert logp.grad.tolist() == pytest.approx([-0.1, -0.05, 0.2, 0.0])
+
+
+def test_loss_is_not_normalised_per_sequence_length() -> None:
+    # Doubling a sequence's tokens doubles its contribution (the divisor is a constant).
+    one = policy_gradient_loss(
+        torch.tensor([-1.0]),
+        torch.tensor([1.0]),
+        torch.ones(1),
+        torch.ones(1, dtype=torch.bool),
+        4.0,
+    )
+    two = policy_gradient_loss(
+        torch.tensor([-1.0, -1.0]),
+        torch.tensor([1.0, 1.0]),
+        torch.ones(2),
+        torch.ones(2, dtype=torch.bool),
+        4.0,
+    )
+    assert float(two) == pytest.approx(2 * float(one))
+
+
+def test_kl_penalty_is_folded_into_the_advantage_detached() -> None:
+    logp = torch.log(torch.tensor([0.5, 0.25])).requires_grad_()
+    behaviour = logp.detach().clone()
+    ref = torch.log(torch.tensor([0.25, 0.25]))
+    adv = torch.tensor([1.0, 1.0])
+    mask = torch.tensor([True, True])
+    terms = rl_objective(
+        logp, behaviour, adv, mask, normalizer=1.0, is_cap=2.0, ref_logp=ref, kl_coef=0.5
+    )
+    k1 = [math.log(2), 0.0]
+    shaped = [1 - 0.5 * k1[0], 1.0]
+    expected = -(shaped[0] * math.log(0.5) + shaped[1] * math.log(0.25))
+    assert float(terms.loss) == pytest.approx(expected)
+    terms.loss.backward()
+    assert logp.grad is not None
+    # The gradient is -w * A_t: the penalty does not differentiate through log pi.
+    assert logp.grad.tolist() == pytest.approx([-shaped[0], -shaped[1]])
+    assert terms.k1_mean == pytest.approx(sum(k1) / 2)
+    assert terms.is_capped_share == 0.0
+    assert terms.mismatch_mean == pytest.approx(0.0)
+
+
+def test_k3_selectable_as_the_penalty() -> None:
+    logp = torch.log(torch.tensor([0.5]))
+    ref = torch.log(torch.tensor([0.25]))
+    args = (logp, logp.clone(), torch.tensor([0.0]), torch.tensor([True]))
+    k1_terms = rl_objective(*args, normalizer=1.0, is_cap=None, ref_logp=ref, kl_coef=1.0)
+    k3_terms = rl_objective(
+        *args, normalizer=1.0, is_cap=None, ref_logp=ref, kl_coef=1.0, kl_estimator="k3"
+    )
+    k3 = (0.5 - 1) - math.log(0.5)
+    assert float(k1_terms.loss) == pytest.approx(math.log(2) * math.log(0.5))
+    assert float(k3_terms.loss) == pytest.approx(k3 * math.log(0.5))
+
+
+def test_shapes_must_line_up() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        rl_objective(
+            torch.zeros(3), torch.zeros(2), torch.zeros(3), torch.ones(3), normalizer=1, is_cap=None
+        )
