@@ -109,7 +109,7 @@ def test_the_stage_objective_honours_the_model_configs_mtp_target() -> None:
             expected = F.cross_entropy(
                 logits[[r[0] for r in rows]].float(), ids[[r[1] for r in rows]]
             )
-            assert values[target] == pytest.approx(float(expected), rel=1e-5)
+            assert values[target] == pytest.approx(float(expected.detach()), rel=1e-5)
     assert values["next_next"] != pytest.approx(values["self_distill"], rel=1e-3)
 
 
@@ -131,12 +131,14 @@ def test_in_sft_the_loss_mask_applies_to_the_mtp_term_too() -> None:
     # Depth 1 at t predicts t+2: the trained positions are those whose t+2 is in the mask.
     positions = [t for doc in (0, 16) for t in range(doc, doc + 14) if mask[0, t + 2]]
     expected = F.cross_entropy(logits[positions], ids[[t + 2 for t in positions]])
-    assert float(masked_loss.mtp_loss) == pytest.approx(float(expected), rel=1e-5)
-    assert float(masked_loss.mtp_loss) != pytest.approx(float(unmasked_loss.mtp_loss), rel=1e-3)
+    assert float(masked_loss.mtp_loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
+    assert float(masked_loss.mtp_loss.detach()) != pytest.approx(
+        float(unmasked_loss.mtp_loss.detach()), rel=1e-3
+    )
 
     # A mask that trains nothing gives no MTP signal at all (not an unmasked one, not NaN).
     none = batch_loss(model, _batch(sequences, config.vocab_size, torch.zeros_like(mask)), 1.0)
-    assert float(none.mtp_loss) == 0.0
+    assert float(none.mtp_loss.detach()) == 0.0
 
 
 def test_a_non_finite_loss_stops_the_step_before_the_weights_change() -> None:
