@@ -415,6 +415,11 @@ class Orchestrator:
                 idle_since = time.monotonic()
                 self.step = int(stats["step"])
                 self.version = int(stats["version"])
+                if self.config.sync:
+                    # Alternating means the next batch is sampled by exactly this version.
+                    self.rollout.call(
+                        "wait_for_version", self.version, self.config.call_timeout_s
+                    ).result()
                 self.consumed |= {g.group_id for g in batch}
                 row = self._step_row(stats, batch, time.monotonic() - step_began)
                 step_began = time.monotonic()

@@ -246,7 +246,7 @@ class PeriodicEvaluation:
         self._collect(block=False)
         if self.every and version % self.every == 0 and self.pending is None:
             self.pending = self.endpoint.call(
-                "evaluate_tasks", self.tokenizer, self.tasks, self.runner
+                "evaluate_tasks", self.tokenizer, self.tasks, self.runner, version
             )
 
     def finish(self) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from composer_infra.store import WeightSubscriber
 from composer_model import ComposerModel, ModelConfig, load_pretrained
 
 ModelSource = ModelConfig | str | Path
@@ -54,3 +56,26 @@ def pack_sequences(
         flat.extend(ids)
         bounds.append(len(flat))
     return torch.tensor([flat], dtype=torch.long), torch.tensor(bounds, dtype=torch.int32)
+
+
+def wait_for_version(subscriber: WeightSubscriber, version: int, timeout_s: float) -> int:
+    """Sync until the subscriber holds `version` or newer; returns the version held.
+
+    Never waits forever: after `timeout_s` a `TimeoutError` says which version did not
+    arrive from which store (a trainer that died, or a store the services do not share).
+    A version that fails its checksum is skipped by the subscriber and never applied.
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = subscriber.sync()
+        if held is not None and held >= version:
+            return held
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"weight version {version} did not arrive from {subscriber.store.url} within "
+                f"{timeout_s:.0f} s (holding {held}); is the training service publishing to "
+                "the same store?"
+            )
+        time.sleep(0.05)

@@ -21,7 +21,12 @@ from composer_infra.store import WeightSubscriber, open_store
 from composer_model import ComposerTokenizer, InferenceEngine, compute_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.eval.stats import mean_se
-from composer_rl.services._common import ModelSource, build_model, pack_sequences
+from composer_rl.services._common import (
+    ModelSource,
+    build_model,
+    pack_sequences,
+    wait_for_version,
+)
 from composer_rl.tasks.model import Task
 
 
@@ -72,14 +77,23 @@ class EvaluationService:
         }
 
     def evaluate_tasks(
-        self, tokenizer_path: str, tasks: Sequence[Task], runner: RunnerConfig
+        self,
+        tokenizer_path: str,
+        tasks: Sequence[Task],
+        runner: RunnerConfig,
+        version: int | None = None,
+        timeout_s: float = 300.0,
     ) -> dict[str, Any]:
-        """Sync to the newest version, run one greedy episode per task, return pass@1 ± s.e.
+        """Run one greedy episode per task with `version` (or newer; default: the newest
+        published), return pass@1 ± s.e.
 
         Runs on this service's own engine and weight subscription, so the RL loop keeps
         generating and training while a version is evaluated.
         """
-        self.subscriber.sync()
+        if version is None:
+            self.subscriber.sync()
+        else:
+            wait_for_version(self.subscriber, version, timeout_s)
         if self.policy_version is None:
             raise RuntimeError("no policy version is published yet: start the training service")
         version = self.policy_version

@@ -20,7 +20,7 @@ from composer_model import (
     set_threads,
 )
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.services._common import ModelSource, build_model
+from composer_rl.services._common import ModelSource, build_model, wait_for_version
 from composer_rl.tasks.model import Task
 
 
@@ -59,6 +59,10 @@ class InferenceService:
     def version(self) -> int:
         """The policy version new tokens are stamped with."""
         return self.engine.version
+
+    def wait_for_version(self, version: int, timeout_s: float = 300.0) -> int:
+        """Block until `version` (or newer) is applied; TimeoutError after `timeout_s`."""
+        return wait_for_version(self.subscriber, version, timeout_s)
 
     def generate(
         self,
