@@ -18,35 +18,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from composer_rl.plugins.settings import PluginSettings
+from composer_rl.rl.orchestrator import OrchestratorConfig
 from composer_rl.rl.trainer import RLLossConfig
 from composer_rl.tasks.model import Category
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LoopSection(_Section):
-    steps: int = Field(default=30, ge=1, description="optimizer steps of the RL run")
-    group_size: int = Field(default=8, ge=2, description="G episodes per prompt (fixed)")
-    groups_per_step: int = Field(default=2, ge=1, description="groups in one trained batch")
-    max_groups_in_flight: int = Field(
-        default=3, ge=1, description="rollout slots, counted in groups (asynchrony headroom)"
-    )
-    max_off_policy_steps: int = Field(
-        default=3, ge=0, description="drop a group whose oldest token is more versions behind"
-    )
-    stale_policy: Literal["drop", "regenerate"] = "drop"
-    drop_constant_groups: bool = Field(
-        default=True, description="leave out groups whose rewards are all equal (no signal)"
-    )
-    sync: bool = Field(default=False, description="alternate generation and training")
-    call_timeout_s: float = Field(
-        default=900.0, gt=0, description="a service silent this long stops the run with an error"
-    )
-    upsample_hard_after: float | None = Field(
-        default=0.5, ge=0, le=1, description="favour harder kinds after this share of steps"
-    )
 
 
 class RolloutSection(_Section):
@@ -126,7 +104,7 @@ class RLConfig(_Section):
         default_factory=dict,
         description="settings of behaviour monitors by name (config['monitors'])",
     )
-    loop: LoopSection = Field(default_factory=LoopSection)
+    loop: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     train: TrainSection = Field(default_factory=TrainSection)
     loss: RLLossConfig = Field(default_factory=RLLossConfig)

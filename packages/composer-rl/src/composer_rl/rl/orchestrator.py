@@ -30,6 +30,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
 from composer_rl.rl.algorithm import GroupAdvantages, group_advantages
 from composer_rl.rl.batch import Trajectory
@@ -58,17 +60,31 @@ class ScoredEpisode:
     record: dict[str, Any] = field(default_factory=dict)  # the episodes/*.jsonl line
 
 
-@dataclass
-class OrchestratorConfig:
-    steps: int = 20
-    group_size: int = 4
-    groups_per_step: int = 2
-    max_groups_in_flight: int = 4  # rollout slots, in groups (asynchrony headroom)
-    max_off_policy_steps: int = 4
+class OrchestratorConfig(BaseModel):
+    """The loop's knobs (the `[loop]` section of an RL run's configuration)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(default=30, ge=1, description="optimizer steps of the RL run")
+    group_size: int = Field(default=8, ge=2, description="G episodes per prompt (fixed)")
+    groups_per_step: int = Field(default=2, ge=1, description="groups in one trained batch")
+    max_groups_in_flight: int = Field(
+        default=3, ge=1, description="rollout slots, counted in groups (asynchrony headroom)"
+    )
+    max_off_policy_steps: int = Field(
+        default=3, ge=0, description="drop a group whose oldest token is more versions behind"
+    )
     stale_policy: Literal["drop", "regenerate"] = "drop"
-    drop_constant_groups: bool = True
-    sync: bool = False
-    call_timeout_s: float = 900.0  # no answer from a service for this long: a clear error
+    drop_constant_groups: bool = Field(
+        default=True, description="leave out groups whose rewards are all equal (no signal)"
+    )
+    sync: bool = Field(default=False, description="alternate generation and training")
+    call_timeout_s: float = Field(
+        default=900.0, gt=0, description="a service silent this long stops the run with an error"
+    )
+    upsample_hard_after: float | None = Field(
+        default=0.5, ge=0, le=1, description="favour harder kinds after this share of steps"
+    )
 
 
 @dataclass

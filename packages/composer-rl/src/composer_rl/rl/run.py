@@ -31,7 +31,7 @@ from composer_rl.agent.episode import RunnerConfig
 from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import RLConfig, to_toml
 from composer_rl.rl.episodes import score_result
-from composer_rl.rl.orchestrator import Orchestrator, OrchestratorConfig, ScoredEpisode
+from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
 from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
 from composer_rl.rl.summarize import SummaryConfig
 from composer_rl.services.evaluation import EvaluationService
@@ -307,19 +307,8 @@ def run_rl(
             if on_step is not None:
                 on_step(row)
 
-        loop = config.loop
         orchestrator = Orchestrator(
-            OrchestratorConfig(
-                steps=loop.steps,
-                group_size=loop.group_size,
-                groups_per_step=loop.groups_per_step,
-                max_groups_in_flight=loop.max_groups_in_flight,
-                max_off_policy_steps=loop.max_off_policy_steps,
-                stale_policy=loop.stale_policy,
-                drop_constant_groups=loop.drop_constant_groups,
-                sync=loop.sync,
-                call_timeout_s=loop.call_timeout_s,
-            ),
+            config.loop,
             sampler,
             GroupStore(run_dir / "groups"),
             handles.rollout,
