@@ -32,9 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained
+from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained, set_threads
 from composer_rewards import EpisodeScore, PluginScorer
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig, episode_view
 from composer_rl.eval.passk import pass_at_k
@@ -186,8 +184,7 @@ def summarize(
 def run_eval(
     checkpoint: Path, tasks: list[Task], config: EvalConfig, threads: int | None = None
 ) -> tuple[dict[str, Any], list[EpisodeResult]]:
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     tokenizer_path = checkpoint / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise FileNotFoundError(
