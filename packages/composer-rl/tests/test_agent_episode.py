@@ -16,14 +16,14 @@ from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 STOPS = {"finish", "no_call", "end_of_turn", "max_turns", "length", "context"}
 
 
-def _setup(n_tasks: int = 2):  # type: ignore[no-untyped-def]
+def _setup(n_tasks: int = 2, layers: int = 2):  # type: ignore[no-untyped-def]
     tasks = [
         t for _, t in zip(range(n_tasks), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)
     ]
     demos = [play_oracle(t, grade=False) for t in tasks]
     tokenizer = train_tokenizer([d.transcript.text for d in demos] * 4, vocab_size=400)
     torch.manual_seed(0)
-    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=2))
+    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=layers))
     return tasks, demos, tokenizer, model
 
 

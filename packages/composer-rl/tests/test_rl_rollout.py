@@ -4,23 +4,16 @@ the trainer's router-replayed log-probabilities against the engine's behaviour l
 from __future__ import annotations
 
 import torch
+from test_agent_episode import _setup as agent_setup
 
-from composer_model import ComposerModel, InferenceEngine, preset, train_tokenizer
+from composer_model import InferenceEngine
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.agent.oracle import play_oracle
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.trainer import target_logprobs
-from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 
 
 def _setup(n_tasks: int = 2):  # type: ignore[no-untyped-def]
-    tasks = [
-        t for _, t in zip(range(n_tasks), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)
-    ]
-    demos = [play_oracle(t, grade=False) for t in tasks]
-    tokenizer = train_tokenizer([d.transcript.text for d in demos] * 4, vocab_size=400)
-    torch.manual_seed(0)
-    model = ComposerModel(preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=3))
+    tasks, _, tokenizer, model = agent_setup(n_tasks, layers=3)  # 2 MoE layers to replay
     return tasks, tokenizer, model
 
 
