@@ -132,7 +132,7 @@ def test_partly_present_mtp_module_is_refused(tmp_path: Path) -> None:
     """Only a wholly absent MTP module is initialised; a half-written one is an error."""
     from safetensors.torch import save_file
 
-    from composer_model import CheckpointError, ComposerModel
+    from composer_model import ComposerModel, WeightsError
     from composer_model.checkpoint import to_hf_state_dict
 
     hf = _hf_model()
@@ -145,7 +145,7 @@ def test_partly_present_mtp_module_is_refused(tmp_path: Path) -> None:
     tensors = to_hf_state_dict(model)
     del tensors["model.layers.4.eh_proj.weight"]
     save_file(tensors, str(tmp_path / "ours" / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"mtp\.0\.eh_proj\.weight"):
+    with pytest.raises(WeightsError, match=r"mtp\.0\.eh_proj\.weight"):
         load_pretrained(tmp_path / "ours")
 
 
