@@ -13,10 +13,9 @@ import torch
 
 from composer_infra.sandbox import TestReport
 from composer_model import ComposerModel, InferenceEngine, preset, save_pretrained, train_tokenizer
-from composer_rl.agent.episode import EpisodeResult, RunnerConfig, _Live
-from composer_rl.agent.format import TOOL_CALL_END, ToolCall, render_call
+from composer_rl.agent.episode import CallRecord, EpisodeResult, RunnerConfig
+from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER, ToolCall
 from composer_rl.agent.oracle import play_oracle
-from composer_rl.agent.sandboxes import open_sandbox
 from composer_rl.agent.transcript import Transcript
 from composer_rl.cli import main
 from composer_rl.eval import bench
@@ -146,30 +145,19 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, Compos
 
 
 def test_interruption_is_injected_after_the_first_call(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The runner puts `user_turn`'s text into the context before the next turn (as context,
+    never trained on); the interrupting runner's turn comes once, after the first call."""
     _, tokenizer, model = tiny
     task = _side("interruption")[0]
     engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=512)
     runner = InterruptingRunner(engine, tokenizer, RunnerConfig())
-    transcript = Transcript.start(task.instruction)
-    state = _Live(
-        EpisodeResult(task=task, sample=0, transcript=transcript),
-        open_sandbox(task),
-        transcript.encode(tokenizer)[0],
-    )
-    submitted: list[_Live] = []
-    try:
-        call = render_call(ToolCall("read_file", {"path": task.solution[0].path}))
-        ids = tokenizer.encode(call[: -len(TOOL_CALL_END)]) + tokenizer.encode(TOOL_CALL_END)
-        runner._advance(state, ids, submitted.append, lambda s, reason: None)
-        message = task.metadata["interrupt"]["message"]
-        assert submitted and message in state.result.transcript.text
-        assert tokenizer.decode(state.ids).endswith(f"{message}<|end_of_turn|><|assistant|>")
-        before = len(state.result.transcript.segments)
-        runner._advance(state, ids, submitted.append, lambda s, reason: None)
-        assert state.result.transcript.text.count(message) == 1  # injected once
-        assert len(state.result.transcript.segments) == before + 2
-    finally:
-        state.sandbox.close()
+    result = EpisodeResult(task=task, sample=0, transcript=Transcript.start(task.instruction))
+    message = task.metadata["interrupt"]["message"]
+    assert runner.user_turn(result) is None  # before any tool call
+    call = ToolCall("read_file", {"path": task.solution[0].path})
+    result.calls.append(CallRecord(call, True, "", None, 1))
+    assert runner.user_turn(result) == f"{END_OF_TURN}{USER}{message}{END_OF_TURN}{ASSISTANT}"
+    assert runner.user_turn(result) is None  # injected once
 
 
 def test_run_eval_scores_bench_and_side_evals_with_errors(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

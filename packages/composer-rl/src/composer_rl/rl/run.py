@@ -295,9 +295,13 @@ def run_rl(
         loop_state = resumed["loop"]
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
 
+        first_boundary: dict[str, float] = {}
+
         def step_done(row: dict[str, Any]) -> None:
             # Plugin requests (`composer-rl plugins add/remove --run`) take effect here,
             # between steps; the events go into this step's metrics line.
+            row.update(first_boundary)
+            first_boundary.clear()
             row.update(plugins.step_boundary(int(row["step"])))
             row["plugins_registered"] = sorted(
                 name for name, _ in plugins.pm.list_name_plugin() if name
@@ -322,7 +326,9 @@ def run_rl(
             on_episode=log.episode,
             step_boundary=step_boundary,
         )
-        plugins.step_boundary(orchestrator.step)  # requests queued before the first step
+        # Requests queued before the first step, and a killed predecessor's run-time
+        # plugins restored: recorded in the first step's metrics line.
+        first_boundary.update(plugins.step_boundary(orchestrator.step))
         history = orchestrator.run()
         periodic.finish()
         handles.trainer.call("save_checkpoint").result()
