@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from composer_infra.checkpoint import atomic_write_bytes
 
 Action = Literal["add", "remove"]
 
@@ -114,8 +113,23 @@ class PluginDirs:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` so that readers see the old or the new file, whole."""
-    atomic_write_bytes(path, json.dumps(data, indent=2).encode())
+    """Write `data` as JSON to `path` so that readers see the old or the new file, whole.
+
+    Not composer-infra's `atomic_write_bytes`: `composer_rl.plugins` must import in a plugin
+    author's environment that holds composer-rewards alone (no Ray, no boto3), which
+    `tests/test_plugins_example.py` installs and runs the plugin job in.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def submit(
