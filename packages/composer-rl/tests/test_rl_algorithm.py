@@ -145,7 +145,7 @@ def test_staleness_bound_counts_queue_time() -> None:
     from composer_rl.rl.orchestrator import ReadyGroup, take_fresh
 
     def group(name: str, oldest: int) -> ReadyGroup:
-        return ReadyGroup(name, name, [], oldest_version=oldest, rewards=[])
+        return ReadyGroup(name, name, [], oldest_version=oldest)
 
     ready = deque([group("a", 5), group("b", 1), group("c", 4), group("d", 6)])
     # Trainer at version 6, bound 3: "b" waited until it is 5 versions behind: dropped.

@@ -1,0 +1,9 @@
+"""The asynchronous RL loop.
+
+Imported by module, not from here (the agent imports `summarize` without pulling in the
+trainer): `algorithm` (the objective as pure functions), `batch` (`Trajectory`, `pack`),
+`trainer` (`rl_loss`), `sampler` (`TaskSampler`), `orchestrator` (`Orchestrator`,
+`OrchestratorConfig`), `summarize` (self-summarization), `episodes` (scoring a rollout),
+`config` (`RLConfig`, `load_config`), `run` (`run_rl`), `compare` and `plots` (the final
+table and PNGs). See the composer-rl README, "The asynchronous RL loop".
+"""

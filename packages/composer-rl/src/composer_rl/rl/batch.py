@@ -23,7 +23,10 @@ import torch
 
 @dataclass
 class Trajectory:
-    """One sequence of an episode, with per-token sampling records (JSON round-trippable)."""
+    """One sequence of an episode, with per-token sampling records.
+
+    Persisted inside the group checkpoint (`composer_rl.rl.orchestrator.group_to_record`).
+    """
 
     tokens: list[int]
     sampled: list[bool]
@@ -70,25 +73,6 @@ class Trajectory:
     def oldest_version(self) -> int | None:
         versions = self.sampled_versions
         return min(versions) if versions else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "sampled": self.sampled,
-            "logprobs": self.logprobs,
-            "versions": self.versions,
-            "routing": self.routing,
-            "reward": self.reward,
-            "advantage": self.advantage,
-            "group_id": self.group_id,
-            "episode_id": self.episode_id,
-            "segment": self.segment,
-            "metadata": self.metadata,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        return cls(**data)
 
 
 @dataclass

@@ -100,7 +100,6 @@ class ReadyGroup:
     task_id: str
     trajectories: list[Trajectory]
     oldest_version: int
-    rewards: list[float | None]
 
     def lag(self, version: int) -> int:
         return version - self.oldest_version
@@ -183,7 +182,6 @@ def ready_from_trajectories(
         task_id=task_id,
         trajectories=trainable,
         oldest_version=min(versions),
-        rewards=[t.reward for t in trajs if t.segment == 0],
     )
 
 
