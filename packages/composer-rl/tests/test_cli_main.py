@@ -32,8 +32,8 @@ def test_no_subcommand_runs_each_pipeline_step_in_order(
     assert out.count("heldout") >= 2  # `tasks list` printed its table twice
 
 
-def test_the_default_pipeline_is_stage_one_then_eval() -> None:
-    assert cli.DEFAULT_PIPELINE == (("stage1",), ("eval",))
+def test_the_default_pipeline_is_stage_one_then_rl() -> None:
+    assert cli.DEFAULT_PIPELINE == (("stage1",), ("rl",))
     parser = cli.build_parser()
     for step in cli.DEFAULT_PIPELINE:
         assert callable(parser.parse_args(list(step)).handler)

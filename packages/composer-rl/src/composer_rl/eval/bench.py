@@ -18,7 +18,7 @@ from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.sources import sample_tasks
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES
 
-BENCH_VERSION = "bench-v1"
+BENCH_VERSION = "bench-v2"
 BENCH_TEMPLATES: tuple[str, ...] = (
     "review_and_fix",
     "memoize_recursion",
@@ -30,7 +30,7 @@ BENCH_TEMPLATES: tuple[str, ...] = (
 """Templates whose median change is larger than the training templates' median (4 lines)."""
 BENCH_PER_TEMPLATE = 4
 BENCH_SEED = 18
-BENCH_DIGEST = "cb7398378c8e421334f8a50d4afe7b4143c856b67281fa8ec6f7509ee018e7e4"
+BENCH_DIGEST = "4943159344bf2a2537aa473a2f02bf44be1727e51aadc62f1c4e2d5d3bcdfc80"
 
 
 class BenchChangedError(RuntimeError):
