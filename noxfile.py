@@ -211,6 +211,8 @@ QUICK_BENCHMARK_ARGS: dict[str, list[str]] = {
     "packages/composer-model/benchmarks/bench_speculative.py": [
         "--steps", "2", "--prompts", "1", "--new-tokens", "4", "--repeats", "1",
     ],
+    "packages/composer-rl/benchmarks/bench_async_vs_sync.py": ["--quick", "--local"],
+    "packages/composer-rl/benchmarks/learning_margin.py": ["--quick"],
     "packages/composer-rl/benchmarks/bench_rollout.py": [
         "--templates", "1", "--steps", "1", "--max-turns", "1", "--max-new-tokens", "4",
         "--repeats", "1", "--backend", "process",

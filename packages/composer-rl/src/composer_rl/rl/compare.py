@@ -26,6 +26,9 @@ class PolicyScores:
     checkpoint: str
     per_task_pass1: dict[str, float]
     per_task_passk: dict[str, float] = field(default_factory=dict)
+    per_task_sampled_pass1: dict[str, float] = field(default_factory=dict)
+    """pass@1 of each task from the same temperature-1 samples as pass@k (their solve rate):
+    the policy RL trains, and a lower-variance estimate than one greedy episode."""
     k: int = 0
     reward_mean: float = math.nan
     components: dict[str, float] = field(default_factory=dict)
@@ -37,6 +40,17 @@ class PolicyScores:
 
     def passk(self) -> tuple[float, float]:
         return mean_se(list(self.per_task_passk.values()))
+
+    def sampled_pass1(self) -> tuple[float, float]:
+        return mean_se(list(self.per_task_sampled_pass1.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**vars(self), "by_difficulty": {str(k): v for k, v in self.by_difficulty.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PolicyScores:
+        by_difficulty = {int(k): tuple(v) for k, v in data.pop("by_difficulty", {}).items()}
+        return cls(**data, by_difficulty=by_difficulty)  # type: ignore[arg-type]
 
 
 def heldout_tasks(per_template: int, seed: int = 0) -> list[Task]:
@@ -79,6 +93,7 @@ def score_policy(
         config = EvalConfig(samples=samples_for_k, k_values=(samples_for_k,), runner=sampled)
         _, sampled_results = run_eval(checkpoint, tasks, config, threads)
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)
+        scores.per_task_sampled_pass1 = _per_task(sampled_results, 1)
         scores.k = samples_for_k
     return scores
 
@@ -97,6 +112,16 @@ def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, A
     m1 = paired_margin(base.per_task_pass1, final.per_task_pass1)
     rows.append({"metric": "pass@1", "sft": b1, "rl": f1, "margin": m1[:2], "tasks": m1[2]})
     if base.k and final.k:
+        ms = paired_margin(base.per_task_sampled_pass1, final.per_task_sampled_pass1)
+        rows.append(
+            {
+                "metric": f"pass@1 (T=1, {final.k} samples)",
+                "sft": base.sampled_pass1(),
+                "rl": final.sampled_pass1(),
+                "margin": ms[:2],
+                "tasks": ms[2],
+            }
+        )
         mk = paired_margin(base.per_task_passk, final.per_task_passk)
         rows.append(
             {

@@ -1,0 +1,244 @@
+"""Does RL beat the SFT policy by more than the seed-to-seed spread? Measured, with its noise.
+
+The same RL configuration runs from the same SFT checkpoint under several seeds (the seed
+decides the task order, the sampling and nothing else). The SFT policy and every seed's
+final policy are then scored on the same held-out tasks: greedy pass@1, and from
+temperature-1 samples their pass@1 (the solve rate) and pass@k. Printed and written to
+``WORK_DIR/learning.md`` (with ``learning.png`` and ``learning.json``):
+
+- each policy's rates with their standard error over tasks;
+- each seed's margin over SFT with the standard error of the paired difference;
+- the run-to-run spread: the standard deviation over seeds of the RL policies' rates;
+- the verdict for each rate: the mean margin is above the spread and above three standard
+  errors (the issue's bar), or it is not.
+
+Runs and evaluations are kept in the work directory and reused when the command is repeated
+(a killed run resumes), so adding a seed costs one run.
+
+    uv run python packages/composer-rl/benchmarks/learning_margin.py \\
+        --model runs/stage1/sft/final --seeds 0 1 2
+    uv run python packages/composer-rl/benchmarks/learning_margin.py --quick   # random tiny model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from composer_rl.rl.compare import PolicyScores, heldout_tasks, paired_margin, score_policy
+from composer_rl.rl.config import load_config
+from composer_rl.rl.run import run_rl, runner_config
+
+RATES = (
+    ("pass@1 (greedy)", "per_task_pass1"),
+    ("pass@1 (T=1)", "per_task_sampled_pass1"),
+    ("pass@k (T=1)", "per_task_passk"),
+)
+
+
+def _quick_checkpoint(directory: Path) -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from _rl_helpers import tiny_checkpoint
+
+    return tiny_checkpoint(directory)
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --set takes KEY=VALUE (e.g. train.lr=1e-4), got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _scores(
+    path: Path, name: str, checkpoint: Path, tasks: list[Any], runner: Any, k: int, threads: int
+) -> PolicyScores:
+    """Score a checkpoint once; a repeated command reads the kept result."""
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("tasks") == [t.id for t in tasks] and data["scores"]["k"] == k:
+            return PolicyScores.from_json(data["scores"])
+    began = time.monotonic()
+    scores = score_policy(name, checkpoint, tasks, runner=runner, samples_for_k=k, threads=threads)
+    print(f"  scored {name} on {len(tasks)} tasks in {time.monotonic() - began:.0f} s")
+    path.write_text(json.dumps({"tasks": [t.id for t in tasks], "scores": scores.to_json()}))
+    return scores
+
+
+def _fmt(mean: float, se: float) -> str:
+    return f"{mean:.3f}" if math.isnan(se) else f"{mean:.3f} ± {se:.3f}"
+
+
+def summarize(sft: PolicyScores, runs: dict[int, PolicyScores]) -> dict[str, Any]:
+    """Per rate: SFT, each seed, the paired margins, the seed spread and the verdict."""
+    out: dict[str, Any] = {}
+    for label, attribute in RATES:
+        base = getattr(sft, attribute)
+        if not base:
+            continue
+        seeds = {}
+        for seed, final in runs.items():
+            mean, se, n = paired_margin(base, getattr(final, attribute))
+            rate = statistics.fmean(getattr(final, attribute).values())
+            seeds[seed] = {"rate": rate, "margin": mean, "margin_se": se, "tasks": n}
+        rates = [s["rate"] for s in seeds.values()]
+        margins = [s["margin"] for s in seeds.values()]
+        spread = statistics.stdev(rates) if len(rates) > 1 else math.nan
+        margin = statistics.fmean(margins)
+        # The margin's standard error over tasks: per-seed paired errors, averaged over seeds.
+        se = statistics.fmean(s["margin_se"] for s in seeds.values())
+        sft_rate = statistics.fmean(base.values())
+        sft_se = statistics.stdev(base.values()) / math.sqrt(len(base))
+        out[label] = {
+            "sft": (sft_rate, sft_se),
+            "seeds": seeds,
+            "margin_mean": margin,
+            "margin_se": se,
+            "seed_spread": spread,
+            "beats_spread": bool(margin > spread) if not math.isnan(spread) else False,
+            "se_below_third": bool(se < margin / 3),
+        }
+    return out
+
+
+def markdown(summary: dict[str, Any], header: str) -> str:
+    lines = [header, ""]
+    lines.append(
+        "| rate | SFT | RL per seed (margin ± paired s.e.) | mean margin | seed spread (s.d.) "
+        "| margin > spread | s.e. < margin/3 |"
+    )
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for label, row in summary.items():
+        per_seed = "; ".join(
+            f"seed {seed}: {s['rate']:.3f} ({s['margin']:+.3f} ± {s['margin_se']:.3f})"
+            for seed, s in row["seeds"].items()
+        )
+        lines.append(
+            f"| {label} | {_fmt(*row['sft'])} | {per_seed} | {row['margin_mean']:+.3f} "
+            f"| {row['seed_spread']:.3f} | {'yes' if row['beats_spread'] else 'no'} "
+            f"| {'yes' if row['se_below_third'] else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summary), figsize=(3.6 * len(summary), 3.4), squeeze=False)
+    for ax, (label, row) in zip(axes[0], summary.items(), strict=True):
+        seeds = list(row["seeds"])
+        ax.axhline(row["sft"][0], color="grey", label="SFT")
+        ax.axhspan(row["sft"][0] - row["sft"][1], row["sft"][0] + row["sft"][1], color="grey",
+                   alpha=0.2)  # fmt: skip
+        ax.errorbar(
+            range(len(seeds)),
+            [row["seeds"][s]["rate"] for s in seeds],
+            yerr=[row["seeds"][s]["margin_se"] for s in seeds],
+            fmt="o",
+            capsize=4,
+            label="RL (± paired s.e.)",
+        )
+        ax.set_xticks(range(len(seeds)), [f"seed {s}" for s in seeds])
+        ax.set_title(f"{label}: margin {row['margin_mean']:+.3f}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, help="the SFT checkpoint RL starts from")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--per-template", type=int, default=10, help="held-out tasks a template")
+    parser.add_argument("--k", type=int, default=4, help="temperature-1 samples a task (pass@k)")
+    parser.add_argument("--config", type=Path, help="RL configuration (TOML), as for `rl`")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="RL settings over the file, e.g. train.lr=1e-4 loop.steps=40")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="a random tiny model, two steps")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="runs and scores are kept (and reused) here (default: runs/learning; with "
+        "--quick a new temporary directory)",
+    )
+    args = parser.parse_args()
+    work = args.work_dir or (
+        Path(tempfile.mkdtemp(prefix="learning-margin-")) if args.quick else Path("runs/learning")
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    overrides = _parse_set(args.set)
+    model = args.model
+    if args.quick or model is None:
+        model = _quick_checkpoint(work / "tiny")
+        overrides = {
+            "tasks.per_template": 2,
+            "rollout.max_turns": 2,
+            "rollout.max_new_tokens": 32,
+            "rollout.max_seq_len": 512,
+            "loop.steps": 2,
+            "loop.group_size": 2,
+            "loop.groups_per_step": 1,
+            "loop.drop_constant_groups": False,
+            **overrides,
+        }
+        args.seeds, args.per_template, args.k = args.seeds[:2], 1, 2
+    tasks = heldout_tasks(args.per_template, seed=0)
+    runs: dict[int, PolicyScores] = {}
+    runner = None
+    for seed in args.seeds:
+        config = load_config(
+            args.config,
+            {
+                **overrides,
+                "model": str(model),
+                "run_dir": str(work / f"seed{seed}"),
+                "seed": seed,
+                "local": True,
+                "threads": args.threads,
+                "eval.per_template": 0,
+            },
+        )
+        runner = runner_config(config)
+        final = config.run_dir / "final"
+        if not (final / "tokenizer.json").is_file():
+            began = time.monotonic()
+            run_rl(config)
+            print(f"seed {seed}: RL run in {time.monotonic() - began:.0f} s -> {final}")
+        runs[seed] = _scores(
+            work / f"scores-seed{seed}.json", f"rl-seed{seed}", final, tasks, runner, args.k,
+            args.threads,
+        )  # fmt: skip
+    assert runner is not None
+    sft = _scores(work / "scores-sft.json", "sft", model, tasks, runner, args.k, args.threads)
+    summary = summarize(sft, runs)
+    header = (
+        f"RL from {model} on {len(tasks)} held-out tasks ({args.per_template} a template), "
+        f"seeds {args.seeds}, k = {args.k}; settings: {overrides or 'defaults'}"
+    )
+    text = markdown(summary, header)
+    print(text)
+    (work / "learning.md").write_text(text)
+    (work / "learning.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"plot: {plot(summary, work / 'learning.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
