@@ -63,13 +63,44 @@ def target_ids(
     return torch.where(wanted, targets, torch.full_like(targets, IGNORE))
 
 
+def target_counts(
+    input_ids: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    depths: int,
+    loss_mask: torch.Tensor | None = None,
+) -> list[int]:
+    """How many targets the LM term (shift 1) and each MTP depth k (shift k+1) have.
+
+    A data- or context-parallel rank computes these on the *whole* global batch and passes
+    them as `denominators`, so its loss is its share of the global mean."""
+    return [
+        int((target_ids(input_ids, cu_seqlens, shift, loss_mask) != IGNORE).sum())
+        for shift in range(1, depths + 2)
+    ]
+
+
 def lm_loss(
-    output: ModelOutput, input_ids: torch.Tensor, loss_mask: torch.Tensor | None = None
+    output: ModelOutput,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
+    *,
+    targets: torch.Tensor | None = None,
+    denominator: int | None = None,
 ) -> torch.Tensor:
-    """Mean next-token cross-entropy over the targets (document- and mask-aware)."""
+    """Mean next-token cross-entropy over the targets (document- and mask-aware).
+
+    `targets` (one id per token, IGNORE where none) replaces the targets computed from
+    `input_ids`: a context-parallel rank holds a shard of the sequence, whose next tokens
+    may sit on another rank, so they are computed on the whole sequence and sharded.
+    `denominator` divides the summed cross-entropy instead of this batch's target count
+    (the global batch's count, under data parallelism)."""
     logits = output.logits.reshape(-1, output.logits.shape[-1])
-    targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
-    return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
+    if targets is None:
+        targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
+    if denominator is None:
+        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
+    summed = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")
+    return summed / max(1, denominator)
 
 
 def mtp_loss(
@@ -77,11 +108,14 @@ def mtp_loss(
     input_ids: torch.Tensor,
     target: str = "self_distill",
     loss_mask: torch.Tensor | None = None,
+    denominators: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Mean over MTP depths of the chosen objective (zero when the model has no MTP).
 
     Depth k at position t predicts token t+k+1; with a `loss_mask` only positions whose
-    token t+k+1 is a target count, as for the LM term.
+    token t+k+1 is a target count, as for the LM term. `denominators[k-1]` divides depth
+    k's summed term instead of this batch's count (the global count, under data
+    parallelism), so the ranks' terms add up to the global mean.
     """
     if target not in ("next_next", "self_distill"):
         raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
@@ -97,16 +131,14 @@ def mtp_loss(
         if not bool(valid.any()):  # nothing to predict at this depth: no signal, not NaN
             losses.append(logits.sum() * 0.0)
             continue
+        count = int(valid.sum()) if denominators is None else max(1, denominators[k - 1])
         if target == "next_next":
-            losses.append(F.cross_entropy(logits, targets, ignore_index=IGNORE))
+            summed = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
         elif target == "self_distill":
             teacher = torch.roll(main, -k, dims=0)[valid]  # main head at t+k predicts t+k+1
             student = F.log_softmax(logits[valid], dim=-1)
-            losses.append(
-                F.kl_div(
-                    student, F.log_softmax(teacher, -1), log_target=True, reduction="batchmean"
-                )
-            )
+            summed = F.kl_div(student, F.log_softmax(teacher, -1), log_target=True, reduction="sum")
+        losses.append(summed / count)
     return torch.stack(losses).mean()
 
 
@@ -136,17 +168,30 @@ def compute_loss(
     mtp_weight: float | None = None,
     mtp_target: str | None = None,
     loss_mask: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
+    denominators: Sequence[int] | None = None,
 ) -> LossOutput:
     """LM loss + weight x MTP loss for one (packed) batch.
 
     `mtp_weight` and `mtp_target` default to the model config's (`mtp_loss_weight`,
     `mtp_target`); a weight of 0 skips the MTP forward. `loss_mask` (one bool per token,
     True where the token is a target; None: every token) masks the LM and MTP terms alike.
+
+    For a rank of a parallel run (`composer_parallel`): `targets` are the next-token
+    targets of a context-parallel shard, computed on the whole sequence (the MTP term
+    then cannot be computed here: its shifted tokens and teacher cross shards), and
+    `denominators` (`target_counts` of the global batch: LM, then each MTP depth) make
+    every term this rank's share of the global mean.
     """
     weight = model.config.mtp_loss_weight if mtp_weight is None else mtp_weight
     if weight < 0:
         raise ValueError(f"mtp_weight must be >= 0, got {weight}")
     want_mtp = weight > 0 and bool(model.mtp_modules)
+    if want_mtp and targets is not None:
+        raise ValueError(
+            "the MTP term needs the whole sequence on this rank (its shifted tokens cross "
+            "context-parallel shards); train with mtp_weight=0 under context parallelism"
+        )
     output = model(
         input_ids,
         positions=positions,
@@ -154,9 +199,21 @@ def compute_loss(
         replay_indices=replay_indices,
         return_mtp=want_mtp,
     )
-    main = lm_loss(output, input_ids, loss_mask)
+    main = lm_loss(
+        output,
+        input_ids,
+        loss_mask,
+        targets=targets,
+        denominator=None if denominators is None else denominators[0],
+    )
     extra = (
-        mtp_loss(output, input_ids, mtp_target or model.config.mtp_target, loss_mask)
+        mtp_loss(
+            output,
+            input_ids,
+            mtp_target or model.config.mtp_target,
+            loss_mask,
+            denominators=None if denominators is None else denominators[1:],
+        )
         if want_mtp
         else main.new_zeros(())
     )
@@ -170,5 +227,6 @@ __all__ = [
     "document_targets",
     "lm_loss",
     "mtp_loss",
+    "target_counts",
     "target_ids",
 ]
