@@ -111,6 +111,7 @@ def test_loss_shares_with_global_denominators_add_up_to_the_batch_loss(target: s
     assert float(sum(s.mtp_loss for s in shares)) == pytest.approx(float(whole.mtp_loss), rel=1e-5)
 
 
+@torch.no_grad()
 def test_precomputed_targets_replace_the_shard_targets_and_refuse_mtp() -> None:
     torch.manual_seed(0)
     model = ComposerModel(micro_config()).eval()
