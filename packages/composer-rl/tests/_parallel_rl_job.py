@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from _services_support import VOCAB, micro_config
+from _services_support import VOCAB, micro_config, token_batch
 
 from composer_model import OptimConfig
 from composer_parallel import init_distributed
@@ -47,7 +47,8 @@ def trajectories(step: int, count: int = 6) -> list[Trajectory]:
 
 
 def run(out: Path, dp: int = 1, ep: int = 1) -> list[dict[str, Any]]:
-    """STEPS RL steps; the stats of every step, and the final policy exported to out/final."""
+    """STEPS RL steps, then one next-token step (the service's `train_step`); the stats of
+    every step, and the final policy exported to out/final."""
     config = TrainingConfig(
         optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0),
         seed=1,
@@ -60,6 +61,7 @@ def run(out: Path, dp: int = 1, ep: int = 1) -> list[dict[str, Any]]:
         micro_config(), (out / "weights").as_uri(), out / "checkpoints", config
     )
     stats = [service.train_rl(trajectories(step)) for step in range(STEPS)]
+    stats.append(service.train_step(token_batch(seed=7, rows=5, length=20)))
     service.export(str(out / "final"))
     service.close()
     return stats

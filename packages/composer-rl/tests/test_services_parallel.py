@@ -1,7 +1,8 @@
 """The RL training step, data- and expert-parallel under torchrun, equals one process.
 
 Two gloo processes on loopback (dp=2, ep=2) run `TrainingService.train_rl` on the same
-trajectories as a one-process service: the loss, the gradient norm and the objective's
+trajectories as a one-process service (then one next-token `train_step` on five
+sequences, split 3/2): the loss, the gradient norm and the objective's
 metrics (the ranks' shares summed) must match step for step, and the exported policy
 (experts gathered to rank 0) must equal the one-process policy.
 """
@@ -21,7 +22,15 @@ from _parallel_rl_job import STEPS, run
 from composer_model import load_pretrained
 from composer_parallel.launch import LOOPBACK, free_port
 
-COMPARED = ("loss", "grad_norm", "pg_loss", "mtp_loss", "sampled_tokens", "logprob_mismatch")
+COMPARED = (
+    "loss",
+    "grad_norm",
+    "pg_loss",
+    "lm_loss",
+    "mtp_loss",
+    "sampled_tokens",
+    "logprob_mismatch",
+)
 
 
 @pytest.mark.slow
@@ -53,9 +62,10 @@ def test_train_rl_dp2_ep2_under_torchrun_matches_one_process(tmp_path: Path) -> 
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     parallel = json.loads((out / "stats.json").read_text())
-    assert len(parallel) == STEPS
+    assert len(parallel) == STEPS + 1  # the RL steps, then one next-token step
     for ours, ref in zip(parallel, single, strict=True):
-        for key in COMPARED:
+        assert ours.keys() == ref.keys()
+        for key in (k for k in COMPARED if k in ref):
             assert ours[key] == pytest.approx(ref[key], rel=1e-3, abs=1e-5), key
         assert ours["version"] == ref["version"]
     assert single[-1]["mtp_loss"] > 0  # the MTP term ran (and was split by depth counts)

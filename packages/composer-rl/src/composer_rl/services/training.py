@@ -27,7 +27,6 @@ ranks from the orchestrator is not wired.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,6 +56,7 @@ from composer_model import (
     target_counts,
     train_step,
 )
+from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import (
     Parallel,
     ParallelDims,
@@ -253,14 +253,14 @@ class TrainingService:
         mine = [batch[i] for i in self._dp_share([len(seq) for seq in batch])]
         local_ids, local_cu = pack_sequences(mine, self.model.config.vocab_size)
         counts = target_counts(input_ids, cu_seqlens, len(self.model.mtp_modules))
-        positions = _positions(local_cu)
+        positions = positions_from_cu_seqlens(local_cu, local_ids.numel())
 
         def objective() -> StepObjective:
             return sharded_loss(
                 self.model,
                 parallel,
                 local_ids,
-                positions[None],
+                positions.reshape(1, -1),
                 local_cu,
                 counts,
                 mtp_weight=self.model.config.mtp_loss_weight,
@@ -391,12 +391,6 @@ def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | Non
             f"(torchrun; composer_parallel.init_distributed()); this process sees {world}"
         )
     return parallelize(model, ParallelDims(dp=config.dp, cp=1, ep=config.ep))
-
-
-def _positions(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Positions restarting at every document of a packed row."""
-    bounds = cu_seqlens.tolist()
-    return torch.cat([torch.arange(b - a) for a, b in itertools.pairwise(bounds)])
 
 
 def _next_token_loss(
