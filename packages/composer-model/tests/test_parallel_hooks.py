@@ -23,6 +23,7 @@ from composer_model import (
     target_ids,
     train_step,
 )
+from composer_model.losses import lm_loss, mtp_loss
 
 
 class RecordingHooks:
@@ -112,13 +113,24 @@ def test_loss_shares_with_global_denominators_add_up_to_the_batch_loss(target: s
 
 
 @torch.no_grad()
-def test_precomputed_targets_replace_the_shard_targets_and_refuse_mtp() -> None:
+def test_given_targets_teachers_and_shifted_ids_equal_the_whole_row_defaults() -> None:
+    """What a context-parallel shard passes (computed on the whole row) gives the same
+    terms as the defaults on the whole row: the shard path changes where, not what."""
     torch.manual_seed(0)
     model = ComposerModel(micro_config()).eval()
     ids, cu = _batch()
-    targets = target_ids(ids, cu, 1)
-    given = compute_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0, targets=targets)
-    plain = compute_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0)
-    assert float(given.loss) == pytest.approx(float(plain.loss), rel=1e-6)
-    with pytest.raises(ValueError, match="context-parallel"):
-        compute_loss(model, ids, cu_seqlens=cu, mtp_weight=0.3, targets=targets)
+    flat = ids.reshape(-1)
+    depths = len(model.mtp_modules)
+    plain = model(ids, cu_seqlens=cu, return_mtp=True)
+    shifted = [torch.roll(flat, -k) for k in range(1, depths + 1)]
+    given = model(ids, cu_seqlens=cu, return_mtp=True, mtp_shifted_ids=shifted)
+    assert given.mtp_logits is not None and plain.mtp_logits is not None
+    torch.testing.assert_close(given.mtp_logits[0], plain.mtp_logits[0])
+    lm = lm_loss(plain, ids, targets=target_ids(ids, cu, 1))
+    assert float(lm) == pytest.approx(float(lm_loss(plain, ids)), rel=1e-6)
+    main = plain.logits.reshape(-1, plain.logits.shape[-1])
+    targets = [target_ids(ids, cu, k + 1) for k in range(1, depths + 1)]
+    teachers = [torch.roll(main, -k, dims=0) for k in range(1, depths + 1)]
+    for target in ("next_next", "self_distill"):
+        ours = mtp_loss(plain, ids, target, targets=targets, teachers=teachers)
+        assert float(ours) == pytest.approx(float(mtp_loss(plain, ids, target)), rel=1e-6)

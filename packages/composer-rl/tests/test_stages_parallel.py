@@ -32,17 +32,18 @@ STEPS = 4
 def _config(tmp_path: Path, run_dir: Path, steps: int = STEPS) -> Path:
     data = tiny_config(run_dir, write_corpus(tmp_path / "corpus.jsonl"))
     pretrain = dict(data["pretrain"])  # type: ignore[call-overload]
-    # 4 rows a step (2 a dp rank); MTP stays off (it cannot run under cp > 1 yet)
-    pretrain.update(steps=steps, rows_per_step=4, mtp_join_step=99, checkpoint_every=2)
+    # 4 rows a step (2 a dp rank); MTP joins at step 2 (under cp: inputs, targets and
+    # teacher from the whole row)
+    pretrain.update(steps=steps, rows_per_step=4, mtp_join_step=2, checkpoint_every=2)
     data["pretrain"] = pretrain
     path = tmp_path / f"{run_dir.name}.json"
     path.write_text(json.dumps(data))
     return path
 
 
-def _train_losses(run_dir: Path) -> list[float]:
+def _train_losses(run_dir: Path, key: str = "loss") -> list[float]:
     records = read_metrics(run_dir / "pretrain")
-    return [float(r["loss"]) for r in records if r["kind"] == "train"]
+    return [float(r[key]) for r in records if r["kind"] == "train"]
 
 
 @pytest.mark.slow
@@ -62,7 +63,12 @@ def test_pretrain_dp2_cp2_ep4_under_torchrun_matches_one_process(tmp_path: Path)
     assert len(parallel) == STEPS
     assert parallel == pytest.approx(reference, rel=1e-4)
     assert reference[-1] < reference[0]
+    mtp = _train_losses(parallel_dir, "mtp_loss")
+    assert mtp[:2] == [0.0, 0.0] and min(mtp[2:]) > 0  # MTP joined at step 2 under cp
+    assert mtp == pytest.approx(_train_losses(single_dir, "mtp_loss"), rel=1e-4)
     result = json.loads((parallel_dir / "pretrain" / "result.json").read_text())
+    assert result["mtp_joined_at"] == 2
+    assert result["mtp_acceptance"] == pytest.approx(single["mtp_acceptance"], rel=1e-4)
     assert result["parallel"] == {"dp": 2, "cp": 2, "ep": 4, "cp_mode": "allgather"}
     assert result["heldout_ce"] == pytest.approx(single["heldout_ce"], rel=1e-4)
     # per-rank step checkpoints, one directory a rank

@@ -109,6 +109,8 @@ def mtp_loss(
     target: str = "self_distill",
     loss_mask: torch.Tensor | None = None,
     denominators: Sequence[int] | None = None,
+    targets: Sequence[torch.Tensor] | None = None,
+    teachers: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Mean over MTP depths of the chosen objective (zero when the model has no MTP).
 
@@ -116,6 +118,10 @@ def mtp_loss(
     token t+k+1 is a target count, as for the LM term. `denominators[k-1]` divides depth
     k's summed term instead of this batch's count (the global count, under data
     parallelism), so the ranks' terms add up to the global mean.
+
+    A context-parallel shard passes, per depth, `targets` (token t+k+1, IGNORE where none)
+    and `teachers` (the main head's logits at t+k, for self-distillation), both computed on
+    the whole row and sharded, since both may lie on another rank.
     """
     if target not in ("next_next", "self_distill"):
         raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
@@ -126,16 +132,21 @@ def mtp_loss(
     losses = []
     for k, logits in enumerate(output.mtp_logits, start=1):
         logits = logits.reshape(-1, vocab).float()
-        targets = target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
-        valid = targets != IGNORE
+        depth_targets = (
+            target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
+            if targets is None
+            else targets[k - 1]
+        )
+        valid = depth_targets != IGNORE
         if not bool(valid.any()):  # nothing to predict at this depth: no signal, not NaN
             losses.append(logits.sum() * 0.0)
             continue
         count = int(valid.sum()) if denominators is None else max(1, denominators[k - 1])
         if target == "next_next":
-            summed = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
+            summed = F.cross_entropy(logits, depth_targets, ignore_index=IGNORE, reduction="sum")
         elif target == "self_distill":
-            teacher = torch.roll(main, -k, dims=0)[valid]  # main head at t+k predicts t+k+1
+            ahead = torch.roll(main, -k, dims=0) if teachers is None else teachers[k - 1]
+            teacher = ahead.reshape(-1, vocab).detach().float()[valid]  # main head at t+k
             student = F.log_softmax(logits[valid], dim=-1)
             summed = F.kl_div(student, F.log_softmax(teacher, -1), log_target=True, reduction="sum")
         losses.append(summed / count)
@@ -168,7 +179,6 @@ def compute_loss(
     mtp_weight: float | None = None,
     mtp_target: str | None = None,
     loss_mask: torch.Tensor | None = None,
-    targets: torch.Tensor | None = None,
     denominators: Sequence[int] | None = None,
 ) -> LossOutput:
     """LM loss + weight x MTP loss for one (packed) batch.
@@ -177,21 +187,15 @@ def compute_loss(
     `mtp_target`); a weight of 0 skips the MTP forward. `loss_mask` (one bool per token,
     True where the token is a target; None: every token) masks the LM and MTP terms alike.
 
-    For a rank of a parallel run (`composer_parallel`): `targets` are the next-token
-    targets of a context-parallel shard, computed on the whole sequence (the MTP term
-    then cannot be computed here: its shifted tokens and teacher cross shards), and
-    `denominators` (`target_counts` of the global batch: LM, then each MTP depth) make
-    every term this rank's share of the global mean.
+    For a rank of a data-parallel run (`composer_parallel.sharded_loss`): `denominators`
+    (`target_counts` of the global batch: LM, then each MTP depth) make every term this
+    rank's share of the global mean. (A context-parallel shard needs targets and teachers
+    from the whole row: `sharded_loss` composes `lm_loss` and `mtp_loss` for it.)
     """
     weight = model.config.mtp_loss_weight if mtp_weight is None else mtp_weight
     if weight < 0:
         raise ValueError(f"mtp_weight must be >= 0, got {weight}")
     want_mtp = weight > 0 and bool(model.mtp_modules)
-    if want_mtp and targets is not None:
-        raise ValueError(
-            "the MTP term needs the whole sequence on this rank (its shifted tokens cross "
-            "context-parallel shards); train with mtp_weight=0 under context parallelism"
-        )
     output = model(
         input_ids,
         positions=positions,
@@ -203,7 +207,6 @@ def compute_loss(
         output,
         input_ids,
         loss_mask,
-        targets=targets,
         denominator=None if denominators is None else denominators[0],
     )
     extra = (

@@ -35,8 +35,7 @@ from composer_model import (
     compute_loss,
     train_step,
 )
-from composer_model.losses import target_ids
-from composer_model.mtp import MTPModule
+from composer_model.losses import lm_loss, mtp_loss, target_ids
 from composer_parallel.context import (
     ContextParallel,
     CPMode,
@@ -119,22 +118,33 @@ class Parallel:
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         cu_seqlens: torch.Tensor,
+        return_mtp: bool = False,
     ) -> ModelOutput:
         """The model on one packed sequence [1, N], logits for all N tokens on every rank.
 
-        For evaluation: under cp each rank runs its shard and the logits are all-gathered
-        back into sequence order (no gradient). Without cp it is the plain forward (every
-        rank of an ep group must call it: the experts' all-to-all is collective)."""
+        For evaluation: under cp each rank runs its shard (MTP inputs computed on the whole
+        row) and the logits are all-gathered back into sequence order (no gradient).
+        Without cp it is the plain forward (every rank of an ep group must call it: the
+        experts' all-to-all is collective)."""
         if self.context is None:
-            return model(input_ids, positions=positions, cu_seqlens=cu_seqlens)
+            return model(
+                input_ids, positions=positions, cu_seqlens=cu_seqlens, return_mtp=return_mtp
+            )
+        flat = input_ids.reshape(-1)
         shard = self.context.shard(cu_seqlens)
+        depths = len(model.mtp_modules) if return_mtp else 0
+        shifted = [shard.shard(torch.roll(flat, -k)) for k in range(1, depths + 1)]
+        group = self.context.group
         with torch.no_grad(), self.context.use(shard):
             out = model(
-                shard.shard(input_ids.reshape(-1))[None],
+                shard.shard(flat)[None],
                 positions=shard.shard(positions.reshape(-1))[None],
                 cu_seqlens=shard.local_cu_seqlens,
+                return_mtp=depths > 0,
+                mtp_shifted_ids=shifted or None,
             )
-            logits = gather_sequence(out.logits[0], shard, self.context.group)
+            logits = gather_sequence(out.logits[0], shard, group)
+            mtp = [gather_sequence(m[0], shard, group)[None] for m in out.mtp_logits or []]
         return ModelOutput(
             logits=logits[None],
             hidden=logits.new_zeros(0),
@@ -142,7 +152,7 @@ class Parallel:
             replacements=out.replacements,
             cu_seqlens=cu_seqlens,
             positions=positions.reshape(-1),
-            mtp_logits=None,
+            mtp_logits=mtp or None,
         )
 
 
@@ -162,22 +172,25 @@ def parallelize(
     context = None
     if dims.cp > 1:
         context = apply_context_parallel(model, meshes.cp_group, cp_mode)
-        for module in model.mtp_modules:  # kept (and saved), but refuse to run on a shard
-            module.__class__ = _ContextParallelMTP
+        if type(model) is ComposerModel:  # MTP then needs its shifted ids from the caller
+            model.__class__ = _ContextParallelModel
     return Parallel(dims=dims, rank=dist.get_rank(), meshes=meshes, context=context)
 
 
-class _ContextParallelMTP(MTPModule):
-    """An MTP module of a context-parallel model: it keeps its weights (checkpoints stay
-    complete, the experts stay sharded) but refuses to run, because the model's MTP
-    forward rolls token ids across the packed row, which crosses shard boundaries."""
+class _ContextParallelModel(ComposerModel):
+    """A `ComposerModel` whose attention is context-parallel (class swapped by
+    `parallelize`; parameters unchanged). Its MTP forward needs the tokens k ahead of
+    every local position from the caller (`mtp_shifted_ids`, computed on the whole row):
+    the default roll of the local ids would wrap inside the shard, silently wrong."""
 
-    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        raise RuntimeError(
-            "multi-token prediction under context parallelism is not supported yet (its "
-            "shifted embeddings cross shard boundaries): train with the MTP weight at 0 or "
-            "run with cp=1"
-        )
+    def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
+        if kwargs.get("return_mtp") and self.mtp_modules and kwargs.get("mtp_shifted_ids") is None:
+            raise RuntimeError(
+                "multi-token prediction under context parallelism needs mtp_shifted_ids (the "
+                "tokens k ahead, computed on the whole row and sharded): use "
+                "composer_parallel.sharded_loss or Parallel.forward"
+            )
+        return super().forward(*args, **kwargs)
 
 
 def init_distributed() -> bool:
@@ -229,12 +242,17 @@ def sharded_loss(
     denominators: Sequence[int],
     loss_mask: torch.Tensor | None = None,
     mtp_weight: float = 0.0,
+    mtp_target: str | None = None,
 ) -> LossOutput:
     """This rank's share of the global batch's `compute_loss` on its dp share [1, N].
 
     `denominators` are `target_counts` of the whole global batch (LM, then each MTP depth).
-    Under cp the next-token targets are computed on the whole row, then this rank's
-    head-tail shard of tokens, positions and targets runs; the MTP term is refused there.
+    Without cp this is `compute_loss` with those denominators. Under cp, everything that
+    looks ahead is computed on the whole row and then sharded head-tail: the next-token
+    targets, each MTP depth's input tokens (k ahead) and targets (k+1 ahead), and the
+    self-distillation teacher (the main head's logits k ahead, all-gathered over cp,
+    detached: [N, vocab] a rank, affordable for this project's vocabularies; exchanging
+    only the k boundary rows a chunk is the scalable version).
     """
     if parallel.context is None:
         return compute_loss(
@@ -243,21 +261,48 @@ def sharded_loss(
             positions=positions,
             cu_seqlens=cu_seqlens,
             mtp_weight=mtp_weight,
+            mtp_target=mtp_target,
             loss_mask=loss_mask,
             denominators=denominators,
         )
-    targets = target_ids(input_ids, cu_seqlens, 1, loss_mask)
-    shard = parallel.context.shard(cu_seqlens)
-    with parallel.context.use(shard):
-        return compute_loss(
-            model,
-            shard.shard(input_ids.reshape(-1))[None],
+    context = parallel.context
+    flat = input_ids.reshape(-1)
+    depths = len(model.mtp_modules) if mtp_weight > 0 else 0
+    shard = context.shard(cu_seqlens)
+    local_ids = shard.shard(flat)[None]
+    shifted = [shard.shard(torch.roll(flat, -k)) for k in range(1, depths + 1)]
+    with context.use(shard):
+        output = model(
+            local_ids,
             positions=shard.shard(positions.reshape(-1))[None],
             cu_seqlens=shard.local_cu_seqlens,
-            mtp_weight=mtp_weight,
-            targets=shard.shard(targets),
-            denominators=denominators,
+            return_mtp=depths > 0,
+            mtp_shifted_ids=shifted or None,
         )
+    main = lm_loss(
+        output,
+        local_ids,
+        targets=shard.shard(target_ids(input_ids, cu_seqlens, 1, loss_mask)),
+        denominator=denominators[0],
+    )
+    extra = main.new_zeros(())
+    if depths:
+        logits = output.logits[0].detach()
+        whole = gather_sequence(logits, shard, context.group)  # [N, vocab], no gradient
+        extra = mtp_loss(
+            output,
+            local_ids,
+            mtp_target or model.config.mtp_target,
+            denominators=denominators[1:],
+            targets=[
+                shard.shard(target_ids(input_ids, cu_seqlens, k + 1, loss_mask))
+                for k in range(1, depths + 1)
+            ],
+            teachers=[
+                shard.shard(torch.roll(whole, -k, dims=0), dim=0) for k in range(1, depths + 1)
+            ],
+        )
+    return LossOutput(loss=main + mtp_weight * extra, lm_loss=main, mtp_loss=extra, output=output)
 
 
 def global_batch_loss(

@@ -19,7 +19,8 @@ loss (`composer_parallel.sharded_loss`, normalised by the global batch's target 
 the same `train_step`; rank 0 alone writes metrics, plots and progress. Step checkpoints
 are per rank (`checkpoints/rank-NNN`: each holds its expert shard and its optimizer
 state) and resume under the same dims; the phase's exported `final/` model is the full one.
-MTP does not run under cp > 1 (its shifted tokens cross shards): the phase keeps it off.
+MTP runs under cp too (`sharded_loss` computes its shifted tokens, targets and teacher on
+the whole row).
 
 A phase is defined by its step count. `time_limit_s` is an explicit opt-in (default: none):
 a phase with one stops after the checkpoint of the step that crosses it and says so.
@@ -156,8 +157,9 @@ def evaluate(
         mtp = with_mtp and bool(model.mtp_modules)
         out: ModelOutput
         if parallel is not None and parallel.context is not None:
-            out = parallel.forward(model, batch.input_ids, batch.positions, batch.cu_seqlens)
-            mtp = False
+            out = parallel.forward(
+                model, batch.input_ids, batch.positions, batch.cu_seqlens, return_mtp=mtp
+            )
         else:
             out = model(
                 batch.input_ids,
@@ -265,7 +267,6 @@ def train_phase(
     torch.manual_seed(config.seed)
     optimizer = build_optimizer(model, config.optim)
     main = parallel is None or parallel.is_main
-    mtp_allowed = parallel is None or parallel.context is None
     checkpoint_root = run_dir / CHECKPOINT_DIR
     if parallel is not None and parallel.dims.world_size > 1:
         checkpoint_root = checkpoint_root / f"rank-{parallel.rank:03d}"
@@ -293,11 +294,7 @@ def train_phase(
         )
         window_tokens, window_start = 0, time.monotonic()
         while step < config.steps:
-            if (
-                mtp_allowed
-                and mtp_joined_at is None
-                and mtp_joins(config, step, time.monotonic() - began)
-            ):
+            if mtp_joined_at is None and mtp_joins(config, step, time.monotonic() - began):
                 mtp_joined_at = step
             mtp_on = mtp_joined_at is not None
             rows = batch_rows(len(train), config.rows_per_step, step, config.seed)
