@@ -50,6 +50,12 @@ def main(args: argparse.Namespace) -> int:
     from composer_parallel import init_distributed
 
     distributed = init_distributed()
+    if distributed and _world() != config.parallel.world_size:
+        raise SystemExit(
+            f"this launch has {_world()} processes but --dp {config.parallel.dp} x --cp "
+            f"{config.parallel.cp} = {config.parallel.world_size}: give --dp/--cp whose "
+            "product is torchrun's --nproc-per-node (x nodes)"
+        )
     main_rank = not distributed or _rank() == 0
     if main_rank:
         refuse_plugins(args.run_dir, "pretrain")
@@ -72,3 +78,9 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank()
+
+
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size()
