@@ -79,13 +79,3 @@ def test_bad_plans_are_refused_with_what_to_change() -> None:
         plan_global_batch([0, 3], dp=1, a=1.0)
     with pytest.raises(ValueError, match="number of parts"):
         karmarkar_karp([1.0], 0)
-
-
-def test_parallelize_refuses_mtp_under_context_parallelism() -> None:
-    from composer_model import ComposerModel
-    from composer_parallel.mesh import ParallelDims
-    from composer_parallel.train import parallelize
-
-    model = ComposerModel(preset("tiny"))  # the tiny preset has one MTP module
-    with pytest.raises(ValueError, match="num_nextn_predict_layers=0"):
-        parallelize(model, ParallelDims(dp=1, cp=2, ep=1))

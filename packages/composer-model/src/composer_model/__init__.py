@@ -3,11 +3,18 @@
 from composer_model.checkpoint import WeightsError, load_pretrained, save_pretrained
 from composer_model.config import PRESETS, ModelConfig, YarnScaling, preset
 from composer_model.engine import GenerationResult, InferenceEngine, SamplingParams
-from composer_model.losses import LossOutput, compute_loss, document_targets, target_ids
+from composer_model.losses import (
+    LossOutput,
+    compute_loss,
+    document_targets,
+    target_counts,
+    target_ids,
+)
 from composer_model.model import ComposerModel, ModelOutput
 from composer_model.tokenizer import SPECIAL_TOKENS, ComposerTokenizer, train_tokenizer
 from composer_model.training import (
     OptimConfig,
+    ParallelHooks,
     StepObjective,
     StepStats,
     build_optimizer,
@@ -29,6 +36,7 @@ __all__ = [
     "ModelConfig",
     "ModelOutput",
     "OptimConfig",
+    "ParallelHooks",
     "SamplingParams",
     "StepObjective",
     "StepStats",
@@ -43,6 +51,7 @@ __all__ = [
     "preset",
     "save_pretrained",
     "set_threads",
+    "target_counts",
     "target_ids",
     "train_step",
     "train_tokenizer",

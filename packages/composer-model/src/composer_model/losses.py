@@ -63,13 +63,44 @@ def target_ids(
     return torch.where(wanted, targets, torch.full_like(targets, IGNORE))
 
 
+def target_counts(
+    input_ids: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    depths: int,
+    loss_mask: torch.Tensor | None = None,
+) -> list[int]:
+    """How many targets the LM term (shift 1) and each MTP depth k (shift k+1) have.
+
+    A data- or context-parallel rank computes these on the *whole* global batch and passes
+    them as `denominators`, so its loss is its share of the global mean."""
+    return [
+        int((target_ids(input_ids, cu_seqlens, shift, loss_mask) != IGNORE).sum())
+        for shift in range(1, depths + 2)
+    ]
+
+
 def lm_loss(
-    output: ModelOutput, input_ids: torch.Tensor, loss_mask: torch.Tensor | None = None
+    output: ModelOutput,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
+    *,
+    targets: torch.Tensor | None = None,
+    denominator: int | None = None,
 ) -> torch.Tensor:
-    """Mean next-token cross-entropy over the targets (document- and mask-aware)."""
+    """Mean next-token cross-entropy over the targets (document- and mask-aware).
+
+    `targets` (one id per token, IGNORE where none) replaces the targets computed from
+    `input_ids`: a context-parallel rank holds a shard of the sequence, whose next tokens
+    may sit on another rank, so they are computed on the whole sequence and sharded.
+    `denominator` divides the summed cross-entropy instead of this batch's target count
+    (the global batch's count, under data parallelism)."""
     logits = output.logits.reshape(-1, output.logits.shape[-1])
-    targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
-    return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
+    if targets is None:
+        targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
+    if denominator is None:
+        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
+    summed = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")
+    return summed / max(1, denominator)
 
 
 def mtp_loss(
@@ -77,11 +108,20 @@ def mtp_loss(
     input_ids: torch.Tensor,
     target: str = "self_distill",
     loss_mask: torch.Tensor | None = None,
+    denominators: Sequence[int] | None = None,
+    targets: Sequence[torch.Tensor] | None = None,
+    teachers: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Mean over MTP depths of the chosen objective (zero when the model has no MTP).
 
     Depth k at position t predicts token t+k+1; with a `loss_mask` only positions whose
-    token t+k+1 is a target count, as for the LM term.
+    token t+k+1 is a target count, as for the LM term. `denominators[k-1]` divides depth
+    k's summed term instead of this batch's count (the global count, under data
+    parallelism), so the ranks' terms add up to the global mean.
+
+    A context-parallel shard passes, per depth, `targets` (token t+k+1, IGNORE where none)
+    and `teachers` (the main head's logits at t+k, for self-distillation), both computed on
+    the whole row and sharded, since both may lie on another rank.
     """
     if target not in ("next_next", "self_distill"):
         raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
@@ -92,21 +132,24 @@ def mtp_loss(
     losses = []
     for k, logits in enumerate(output.mtp_logits, start=1):
         logits = logits.reshape(-1, vocab).float()
-        targets = target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
-        valid = targets != IGNORE
+        depth_targets = (
+            target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
+            if targets is None
+            else targets[k - 1]
+        )
+        valid = depth_targets != IGNORE
         if not bool(valid.any()):  # nothing to predict at this depth: no signal, not NaN
             losses.append(logits.sum() * 0.0)
             continue
+        count = int(valid.sum()) if denominators is None else max(1, denominators[k - 1])
         if target == "next_next":
-            losses.append(F.cross_entropy(logits, targets, ignore_index=IGNORE))
+            summed = F.cross_entropy(logits, depth_targets, ignore_index=IGNORE, reduction="sum")
         elif target == "self_distill":
-            teacher = torch.roll(main, -k, dims=0)[valid]  # main head at t+k predicts t+k+1
+            ahead = torch.roll(main, -k, dims=0) if teachers is None else teachers[k - 1]
+            teacher = ahead.reshape(-1, vocab).detach().float()[valid]  # main head at t+k
             student = F.log_softmax(logits[valid], dim=-1)
-            losses.append(
-                F.kl_div(
-                    student, F.log_softmax(teacher, -1), log_target=True, reduction="batchmean"
-                )
-            )
+            summed = F.kl_div(student, F.log_softmax(teacher, -1), log_target=True, reduction="sum")
+        losses.append(summed / count)
     return torch.stack(losses).mean()
 
 
@@ -136,12 +179,18 @@ def compute_loss(
     mtp_weight: float | None = None,
     mtp_target: str | None = None,
     loss_mask: torch.Tensor | None = None,
+    denominators: Sequence[int] | None = None,
 ) -> LossOutput:
     """LM loss + weight x MTP loss for one (packed) batch.
 
     `mtp_weight` and `mtp_target` default to the model config's (`mtp_loss_weight`,
     `mtp_target`); a weight of 0 skips the MTP forward. `loss_mask` (one bool per token,
     True where the token is a target; None: every token) masks the LM and MTP terms alike.
+
+    For a rank of a data-parallel run (`composer_parallel.sharded_loss`): `denominators`
+    (`target_counts` of the global batch: LM, then each MTP depth) make every term this
+    rank's share of the global mean. (A context-parallel shard needs targets and teachers
+    from the whole row: `sharded_loss` composes `lm_loss` and `mtp_loss` for it.)
     """
     weight = model.config.mtp_loss_weight if mtp_weight is None else mtp_weight
     if weight < 0:
@@ -154,9 +203,20 @@ def compute_loss(
         replay_indices=replay_indices,
         return_mtp=want_mtp,
     )
-    main = lm_loss(output, input_ids, loss_mask)
+    main = lm_loss(
+        output,
+        input_ids,
+        loss_mask,
+        denominator=None if denominators is None else denominators[0],
+    )
     extra = (
-        mtp_loss(output, input_ids, mtp_target or model.config.mtp_target, loss_mask)
+        mtp_loss(
+            output,
+            input_ids,
+            mtp_target or model.config.mtp_target,
+            loss_mask,
+            denominators=None if denominators is None else denominators[1:],
+        )
         if want_mtp
         else main.new_zeros(())
     )
@@ -170,5 +230,6 @@ __all__ = [
     "document_targets",
     "lm_loss",
     "mtp_loss",
+    "target_counts",
     "target_ids",
 ]

@@ -195,7 +195,14 @@ class ComposerModel(nn.Module):
         return_routing: bool = False,
         replay_guard: float | None = None,
         return_mtp: bool = False,
+        mtp_shifted_ids: Sequence[torch.Tensor] | None = None,
     ) -> ModelOutput:
+        """The packed forward; with `return_mtp` also every MTP depth's logits.
+
+        MTP depth k at position t reads the token k ahead (`torch.roll` of the packed ids,
+        right for a whole row). `mtp_shifted_ids` (one tensor a depth, a token per position)
+        replaces that roll: a context-parallel shard holds only part of the row, so its
+        tokens k ahead are computed on the whole row and sharded by the caller."""
         flat_ids, flat_pos, cu_seqlens = self._flatten(input_ids, positions, cu_seqlens)
         moe_count = len(self.moe_layers)
         if isinstance(replay_indices, torch.Tensor):
@@ -233,7 +240,11 @@ class ComposerModel(nn.Module):
             mtp_logits = []
             h = hidden
             for k, module in enumerate(self.mtp_modules, start=1):
-                shifted = torch.roll(flat_ids, -k)
+                shifted = (
+                    torch.roll(flat_ids, -k)
+                    if mtp_shifted_ids is None
+                    else mtp_shifted_ids[k - 1].reshape(-1).to(flat_ids.device)
+                )
                 h = module(h, self.embed_tokens(shifted), cos, sin, cu_seqlens=cu_seqlens)
                 mtp_logits.append(self.lm_head(module.shared_head.norm(h)).view(*shape, -1))
         return ModelOutput(

@@ -96,6 +96,32 @@ class StepObjective(Protocol):
     def metrics(self) -> Mapping[str, float]: ...
 
 
+class ParallelHooks(Protocol):
+    """What a data/context/expert-parallel run adds to the step (None: a single process).
+
+    `composer_parallel.Parallel` implements it; this package only names the three points
+    where a parallel step differs, so composer-model does not depend on composer-parallel.
+    Under parallelism every rank's loss is its share of the global batch's loss (the
+    per-rank *sum* over the global count), so summed gradients are the global gradient.
+    """
+
+    def sync_gradients(self, model: torch.nn.Module) -> None:
+        """Sum the gradients over the ranks that share each parameter (after backward)."""
+        ...
+
+    def clip(self, model: torch.nn.Module, max_norm: float | None) -> float:
+        """The global gradient norm before clipping (sharded experts counted once)."""
+        ...
+
+    def load_reduce(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The all-reduce of per-expert loads for the balancing-bias update."""
+        ...
+
+    def reduce_metrics(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        """This rank's shares of the loss terms summed into the global batch's values."""
+        ...
+
+
 @dataclass
 class StepStats:
     """What one optimizer step did: the loss it took, the gradient norm before clipping,
@@ -117,6 +143,7 @@ def train_step(
     *,
     grad_clip: float | None,
     lr: float | None = None,
+    parallel: ParallelHooks | None = None,
 ) -> StepStats:
     """One optimizer step on the loss `compute_loss_fn()` returns.
 
@@ -125,6 +152,12 @@ def train_step(
     non-finite loss or gradient before it reaches the weights, backpropagates, clips the
     global gradient norm to `grad_clip` (None: measured, not clipped), steps the
     optimizer and updates the MoE routers' balancing biases (aux-loss-free balancing).
+
+    With `parallel` (a `ParallelHooks`, e.g. `composer_parallel.parallelize`'s result) the
+    gradients are summed over the ranks after backward, the norm is the global one, the
+    expert loads are all-reduced before the bias update, and the reported loss and metrics
+    are the global batch's (the rank's shares summed); every rank takes the same decisions,
+    so a non-finite norm stops them all.
     """
     model.train()
     if lr is not None:
@@ -141,9 +174,13 @@ def train_step(
             "learning rate or check the batch (an all-masked batch has no targets)"
         )
     loss.backward()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    limit = grad_clip if grad_clip is not None else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    if parallel is None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        limit = grad_clip if grad_clip is not None else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    else:
+        parallel.sync_gradients(model)
+        grad_norm = parallel.clip(model, grad_clip)
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise FloatingPointError(
@@ -151,12 +188,20 @@ def train_step(
             "was not taken; lower the learning rate"
         )
     optimizer.step()
-    model.update_balancing_bias()
+    metrics = {k: float(v) for k, v in objective.metrics.items()}
+    loss_value = float(loss.detach())
+    if parallel is None:
+        model.update_balancing_bias()
+    else:
+        model.update_balancing_bias(reduce=parallel.load_reduce())
+        reduced = parallel.reduce_metrics({**metrics, "__loss__": loss_value})
+        loss_value = reduced.pop("__loss__")
+        metrics = reduced
     return StepStats(
-        loss=float(loss.detach()),
+        loss=loss_value,
         grad_norm=grad_norm,
         lr=float(optimizer.param_groups[0]["lr"]),
-        metrics={k: float(v) for k, v in objective.metrics.items()},
+        metrics=metrics,
     )
 
 
@@ -175,6 +220,7 @@ def set_threads(threads: int | None) -> None:
 
 __all__ = [
     "OptimConfig",
+    "ParallelHooks",
     "StepObjective",
     "StepStats",
     "build_optimizer",

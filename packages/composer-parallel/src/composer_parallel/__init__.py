@@ -1,7 +1,6 @@
-"""Parallelism for composer-model. Today: choosing the expert-dispatch backend (DeepEP when
-installed, else ``torch.distributed`` all-to-all). Device meshes, context and expert
-parallelism (folded from DP x CP) and global sequence packing are planned, not here yet:
-see the package README."""
+"""Parallelism for composer-model: device meshes, context parallelism, expert parallelism
+folded from DP x CP, global sequence packing, and `parallelize`, whose handle the project's
+one training step (`composer_model.train_step(..., parallel=...)`) takes. See the README."""
 
 from composer_parallel.backends import (
     ExpertDispatchBackend,
@@ -28,7 +27,14 @@ from composer_parallel.packing import (
     karmarkar_karp,
     plan_global_batch,
 )
-from composer_parallel.train import Parallel, parallelize, run_training
+from composer_parallel.train import (
+    Parallel,
+    full_state_dict,
+    init_distributed,
+    parallelize,
+    run_training,
+    sharded_loss,
+)
 
 __version__ = "0.1.0"
 
@@ -49,13 +55,16 @@ __all__ = [
     "clip_gradients",
     "deep_ep_available",
     "expert_dispatch_backend",
+    "full_state_dict",
     "grad_norm",
     "head_tail_spans",
+    "init_distributed",
     "karmarkar_karp",
     "load_all_reduce",
     "parallelize",
     "plan_global_batch",
     "run_local",
     "run_training",
+    "sharded_loss",
     "sync_gradients",
 ]

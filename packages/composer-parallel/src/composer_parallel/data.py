@@ -42,6 +42,7 @@ def _split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch
 def _all_reduce_grads(params: list[torch.nn.Parameter], group: dist.ProcessGroup) -> None:
     if not params or dist.get_world_size(group) == 1:
         return
+    missing = [p.grad is None for p in params]
     for p in params:
         if p.grad is None:  # unused on this rank: still take part in the collective
             p.grad = torch.zeros_like(p)
@@ -50,6 +51,11 @@ def _all_reduce_grads(params: list[torch.nn.Parameter], group: dist.ProcessGroup
     dist.all_reduce(flat, group=group)
     for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
         grad.copy_(reduced)
+    for p, was_missing in zip(params, missing, strict=True):
+        # Unused on every rank (e.g. the MTP module before it joins): leave no gradient, as
+        # a single process would, so the optimizer skips it (no weight decay on it either).
+        if was_missing and p.grad is not None and not bool(p.grad.any()):
+            p.grad = None
 
 
 def sync_gradients(

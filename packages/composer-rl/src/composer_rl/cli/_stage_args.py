@@ -16,6 +16,23 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def add_parallel(parser: argparse.ArgumentParser) -> None:
+    """--dp/--cp/--ep: run under torchrun with dp x cp processes (see the README)."""
+    group = parser.add_argument_group(
+        "parallelism",
+        "launch with `python -m torch.distributed.run --nproc-per-node DPxCP -m composer_rl.cli "
+        "...`; gloo on CPU, NCCL on GPUs; rank 0 writes metrics and checkpoints",
+    )
+    group.add_argument("--dp", dest="parallel.dp", type=int, help="data-parallel degree")
+    group.add_argument("--cp", dest="parallel.cp", type=int, help="context-parallel degree")
+    group.add_argument(
+        "--ep", dest="parallel.ep", type=int, help="expert-parallel degree (divides dp x cp)"
+    )
+    group.add_argument(
+        "--cp-mode", dest="parallel.cp_mode", choices=("allgather", "ring"), help="CP attention"
+    )
+
+
 def add_phase(parser: argparse.ArgumentParser, phase: str, label: str) -> None:
     group = parser.add_argument_group(label)
     flag = phase.replace("_", "-")

@@ -15,7 +15,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_model import ComposerModel
-from composer_model.losses import mtp_loss
+from composer_model.losses import mtp_loss, target_counts
 from composer_rl.rl.algorithm import KLEstimator, rl_objective
 from composer_rl.rl.batch import PackedBatch
 
@@ -55,6 +55,32 @@ class RLLossConfig(BaseModel):
     )
 
 
+@dataclass(frozen=True)
+class GlobalBatch:
+    """What a data-parallel rank knows of the whole RL batch, for its share of the loss.
+
+    `num_sequences` replaces this rank's in the loss normaliser (sequences x
+    `normalizer_tokens`), `sampled_tokens` weights the per-token mean metrics by this rank's
+    share of the sampled tokens, and `mtp_targets` (one count a depth) divides the MTP
+    self-distillation sums, so that summing every rank's loss and metrics gives the
+    single-process values on the whole batch."""
+
+    num_sequences: int
+    sampled_tokens: int
+    mtp_targets: tuple[int, ...] = ()
+
+
+def global_batch_of(batch: PackedBatch, mtp_depths: int) -> GlobalBatch:
+    """The `GlobalBatch` of a packed row of every trajectory of the step."""
+    sampled = torch.roll(batch.target_mask, 1)
+    counts = target_counts(batch.input_ids, batch.cu_seqlens, mtp_depths, sampled)
+    return GlobalBatch(
+        num_sequences=batch.num_sequences,
+        sampled_tokens=int(batch.target_mask.sum()),
+        mtp_targets=tuple(counts[1:]),
+    )
+
+
 @dataclass
 class RLLoss:
     """What `train_step` backpropagates, with the step's metrics."""
@@ -89,8 +115,13 @@ def rl_loss(
     batch: PackedBatch,
     config: RLLossConfig,
     reference: ComposerModel | None = None,
+    whole: GlobalBatch | None = None,
 ) -> RLLoss:
-    """The report's RL loss on one packed batch, plus MTP self-distillation (weighted)."""
+    """The report's RL loss on one packed batch, plus MTP self-distillation (weighted).
+
+    `whole` (a data-parallel rank: `batch` is its share): the loss and the metrics become
+    this rank's shares of the whole batch's (see `GlobalBatch`); the training step sums
+    them over the ranks."""
     replay = batch.routing if config.router_replay else None
     want_mtp = config.mtp_weight > 0 and bool(model.mtp_modules)
     output = model(
@@ -111,7 +142,10 @@ def rl_loss(
         batch.behaviour_logp,
         batch.advantages,
         batch.target_mask,
-        normalizer=float(batch.num_sequences * config.normalizer_tokens),
+        normalizer=float(
+            (batch.num_sequences if whole is None else whole.num_sequences)
+            * config.normalizer_tokens
+        ),
         is_cap=config.is_cap,
         ref_logp=ref_logp,
         kl_coef=config.kl_coef,
@@ -130,13 +164,37 @@ def rl_loss(
     if want_mtp and output.mtp_logits:
         # Self-distillation onto the main head on the tokens the policy sampled.
         sampled = torch.roll(batch.target_mask, 1)
-        extra = mtp_loss(output, batch.input_ids, "self_distill", loss_mask=sampled)
+        extra = mtp_loss(
+            output,
+            batch.input_ids,
+            "self_distill",
+            loss_mask=sampled,
+            denominators=None if whole is None else whole.mtp_targets,
+        )
         loss = loss + config.mtp_weight * extra
         metrics["mtp_loss"] = float(extra.detach())
         metrics["mtp_acceptance"] = mtp_acceptance(
             output.logits.detach(), output.mtp_logits[0].detach(), batch.target_mask
         )
+    if whole is not None:  # per-token means -> this rank's token-weighted share
+        share = terms.tokens / max(1, whole.sampled_tokens)
+        for key in MEAN_METRICS:
+            if key in metrics:
+                metrics[key] *= share
     return RLLoss(loss=loss, metrics=metrics)
 
 
-__all__ = ["RLLoss", "RLLossConfig", "mtp_acceptance", "rl_loss", "target_logprobs"]
+MEAN_METRICS = ("is_capped_share", "kl_k1", "kl_k3", "logprob_mismatch", "mtp_acceptance")
+"""Metrics that are means over the sampled tokens (weighted by token share under dp; the
+share of `mtp_acceptance` is by sampled tokens, an approximation of its own count)."""
+
+
+__all__ = [
+    "GlobalBatch",
+    "RLLoss",
+    "RLLossConfig",
+    "global_batch_of",
+    "mtp_acceptance",
+    "rl_loss",
+    "target_logprobs",
+]

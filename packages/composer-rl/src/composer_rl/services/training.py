@@ -14,6 +14,15 @@ then a constant rate, or a cosine to `total_steps` when the run's length is know
 loss is `composer_model.compute_loss` (next-token cross-entropy + the config's MTP term)
 unless the caller passes its own; `train_rl(trajectories)` is the same step with the RL
 objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
+
+Data and expert parallelism (`TrainingConfig.parallel`, dp x ep; cp must be 1): every rank
+of a torchrun launch constructs the service and calls `train_rl` (or `train_step`) with the
+*same* whole batch; each rank keeps its dp share (Karmarkar-Karp on a*L + L^2), its loss
+is its share of the whole batch's (`rl_loss(..., whole=...)`), and the step's parallel
+hooks sum gradients and metrics. Rank 0 alone publishes (the full weights, expert shards
+gathered) and exports; step checkpoints are per rank (`rank-NNN/`). The Ray deployment
+(`start_services`) still runs one training process: feeding a torchrun group of training
+ranks from the orchestrator is not wired.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_infra.checkpoint import StepCheckpointer
@@ -43,11 +53,23 @@ from composer_model import (
     lr_at,
     save_pretrained,
     set_threads,
+    target_counts,
     train_step,
 )
+from composer_model.model import positions_from_cu_seqlens
+from composer_parallel import (
+    Parallel,
+    ParallelDims,
+    attention_cost_ratio,
+    full_state_dict,
+    parallelize,
+    plan_global_batch,
+    sharded_loss,
+)
 from composer_rl.rl.batch import Trajectory, pack
-from composer_rl.rl.trainer import RLLossConfig, rl_loss
+from composer_rl.rl.trainer import RLLossConfig, global_batch_of, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
+from composer_rl.stages.config import ParallelConfig
 
 LossFn = Callable[[ComposerModel, torch.Tensor, torch.Tensor], StepObjective]
 """An objective for `TrainingService.train_step`: (model, packed input ids [1, T],
@@ -85,6 +107,11 @@ class TrainingConfig(BaseModel):
         default=False,
         description="keep a frozen copy of the initial policy as the KL reference (RL)",
     )
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="dp x ep under torchrun (cp must be 1: RL log-probabilities and router "
+        "replay need whole sequences on a rank)",
+    )
 
 
 class TrainingService:
@@ -101,7 +128,10 @@ class TrainingService:
         self.config = config or TrainingConfig()
         set_threads(self.config.threads)
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
+        self.parallel = _parallelize(self.model, self.config.parallel)
         self.optimizer = build_optimizer(self.model, self.config.optim)
+        if checkpoint_dir is not None and self.parallel is not None:
+            checkpoint_dir = Path(checkpoint_dir) / f"rank-{self.parallel.rank:03d}"
         self.checkpointer = (
             StepCheckpointer(checkpoint_dir, keep_last=self.config.keep_checkpoints)
             if checkpoint_dir is not None
@@ -120,19 +150,25 @@ class TrainingService:
             self.step = resumed.step
             self.policy_version = resumed.policy_version
             self.loop_state = dict(resumed.sampler)
-        store = open_store(store_url)
-        self._skip_used_versions(store)
-        self.publisher = WeightPublisher(
-            store,
-            PublisherConfig(
-                snapshot_every=self.config.snapshot_every,
-                publish_dtype=self.config.publish_dtype,
-            ),
-        )
+        self.publisher: WeightPublisher | None = None
+        if self._main:  # one writer of the weight store
+            store = open_store(store_url)
+            self._skip_used_versions(store)
+            self.publisher = WeightPublisher(
+                store,
+                PublisherConfig(
+                    snapshot_every=self.config.snapshot_every,
+                    publish_dtype=self.config.publish_dtype,
+                ),
+            )
+        if self.parallel is not None:  # every rank takes rank 0's version number
+            version = torch.tensor([self.policy_version], dtype=torch.int64)
+            dist.broadcast(version, src=0)
+            self.policy_version = int(version.item())
         # Publish what we start from, so inference has a version before the first step
         # (a restarted trainer: its restored weights, under a fresh version number).
         self._publish()
-        self.publisher.flush()
+        self.flush()
 
     def _skip_used_versions(self, store: ObjectStore) -> None:
         """Never reuse a version number the store already holds.
@@ -150,8 +186,30 @@ class TrainingService:
         if latest is not None and latest >= self.policy_version:
             self.policy_version = latest + 1
 
+    @property
+    def _main(self) -> bool:
+        return self.parallel is None or self.parallel.is_main
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights (collective under parallelism: experts gathered)."""
+        if self.parallel is None:
+            return self.model.state_dict()
+        return full_state_dict(self.model, self.parallel)
+
     def _publish(self) -> None:
-        self.publisher.publish(self.model.state_dict(), self.policy_version)
+        state = self._full_state()
+        if self.publisher is not None:
+            self.publisher.publish(state, self.policy_version)
+
+    def _dp_share(self, lengths: Sequence[int]) -> list[int]:
+        """Indices of this rank's sequences of the whole batch (every rank gets some)."""
+        assert self.parallel is not None
+        dp = self.parallel.dims.dp
+        if len(lengths) < dp:
+            raise ValueError(f"a batch of {len(lengths)} sequences cannot feed dp={dp} ranks")
+        a = attention_cost_ratio(self.model.config)
+        plan = plan_global_batch(list(lengths), dp, a)
+        return [i for micro in plan[self.parallel.dp_index] for i in micro.sequences]
 
     def train_step(
         self,
@@ -169,8 +227,46 @@ class TrainingService:
         `flush()`) returns only once the version is visible in the store.
         """
         input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
+        if self.parallel is not None:
+            if loss_fn is not None:
+                raise ValueError(
+                    "a custom loss_fn does not know the whole batch's normalisation; under "
+                    "--dp/--ep the service trains the default next-token objective only"
+                )
+            return self._parallel_train_step(batch, input_ids, cu_seqlens, wait=wait)
         objective = loss_fn or _next_token_loss
         stats = self._optimize(lambda: objective(self.model, input_ids, cu_seqlens), wait=wait)
+        stats["tokens"] = int(input_ids.numel())
+        return stats
+
+    def _parallel_train_step(
+        self,
+        batch: Sequence[Sequence[int]],
+        input_ids: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        *,
+        wait: bool,
+    ) -> dict[str, Any]:
+        """This rank's share of the next-token step on the whole `batch` (packed as given)."""
+        assert self.parallel is not None
+        parallel = self.parallel
+        mine = [batch[i] for i in self._dp_share([len(seq) for seq in batch])]
+        local_ids, local_cu = pack_sequences(mine, self.model.config.vocab_size)
+        counts = target_counts(input_ids, cu_seqlens, len(self.model.mtp_modules))
+        positions = positions_from_cu_seqlens(local_cu, local_ids.numel())
+
+        def objective() -> StepObjective:
+            return sharded_loss(
+                self.model,
+                parallel,
+                local_ids,
+                positions.reshape(1, -1),
+                local_cu,
+                counts,
+                mtp_weight=self.model.config.mtp_loss_weight,
+            )
+
+        stats = self._optimize(objective, wait=wait)
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -186,7 +282,18 @@ class TrainingService:
         batch = pack(trajectories)
         if loop_state is not None:
             self.loop_state = dict(loop_state)
-        stats = self._optimize(lambda: rl_loss(self.model, batch, self.config.rl, self.reference))
+        if self.parallel is None:
+            stats = self._optimize(
+                lambda: rl_loss(self.model, batch, self.config.rl, self.reference)
+            )
+        else:  # this rank's share of the whole batch (every rank was given all of it)
+            whole = global_batch_of(batch, len(self.model.mtp_modules))
+            mine = pack(
+                [trajectories[i] for i in self._dp_share([len(t.tokens) for t in trajectories])]
+            )
+            stats = self._optimize(
+                lambda: rl_loss(self.model, mine, self.config.rl, self.reference, whole=whole)
+            )
         stats["tokens"] = batch.num_tokens
         stats["sequences"] = batch.num_sequences
         return stats
@@ -203,6 +310,7 @@ class TrainingService:
                 objective,
                 grad_clip=self.config.optim.grad_clip,
                 lr=lr_at(self.step, self.config.total_steps, self.config.optim),
+                parallel=self.parallel,
             )
         except FloatingPointError as error:
             raise FloatingPointError(f"training step {self.step + 1}: {error}") from error
@@ -238,8 +346,18 @@ class TrainingService:
         return self.policy_version
 
     def export(self, directory: str) -> str:
-        """Write the current policy with `save_pretrained` (loadable by eval and inference)."""
-        save_pretrained(self.model, directory)
+        """Write the current policy with `save_pretrained` (loadable by eval and inference).
+
+        Under parallelism every rank must call it; rank 0 writes the whole model."""
+        if self.parallel is None:
+            save_pretrained(self.model, directory)
+            return directory
+        state = self._full_state()
+        if self.parallel.is_main:
+            full = ComposerModel(self.model.config)
+            full.load_state_dict(state)
+            save_pretrained(full, directory)
+        self.parallel.barrier()
         return directory
 
     def resume_state(self) -> dict[str, Any]:
@@ -248,11 +366,31 @@ class TrainingService:
 
     def flush(self) -> int:
         """Wait until every published version is in the store; returns the current version."""
-        self.publisher.flush()
+        if self.publisher is not None:
+            self.publisher.flush()
         return self.policy_version
 
     def close(self) -> None:
-        self.publisher.close()
+        if self.publisher is not None:
+            self.publisher.close()
+
+
+def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | None:
+    """None in one process; else the model parallelized over this torchrun rank's groups."""
+    if config.world_size == 1:
+        return None
+    if config.cp > 1:
+        raise ValueError(
+            "the training service runs dp x ep only (--cp 1): the RL log-probabilities, the "
+            "router replay and the MTP term need whole sequences on a rank"
+        )
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world != config.world_size:
+        raise ValueError(
+            f"dp={config.dp} needs {config.world_size} processes joined in a process group "
+            f"(torchrun; composer_parallel.init_distributed()); this process sees {world}"
+        )
+    return parallelize(model, ParallelDims(dp=config.dp, cp=1, ep=config.ep))
 
 
 def _next_token_loss(

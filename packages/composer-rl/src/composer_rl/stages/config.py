@@ -13,6 +13,7 @@ optimizer configuration the stages and the training service share.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -75,6 +76,24 @@ class CorpusConfig(BaseModel):
     vocab_size: int = Field(default=4096, ge=300)
 
 
+class ParallelConfig(BaseModel):
+    """Degrees of data (`dp`), context (`cp`) and expert (`ep`) parallelism of a phase.
+
+    dp x cp must equal the number of processes (torchrun's WORLD_SIZE); ep divides it.
+    All 1 (the default): one process, no process group. See composer-parallel's README."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    cp_mode: Literal["allgather", "ring"] = "allgather"
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cp
+
+
 class Stage1Config(BaseModel):
     """The whole default pipeline: base pretraining, long context, SFT."""
 
@@ -127,6 +146,7 @@ class Stage1Config(BaseModel):
         "(read, summarize, continue from the condensed context); 0: none",
     )
     threads: int | None = Field(default=None, gt=0)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
 
     @model_validator(mode="after")
     def _long_context_is_longer(self) -> Stage1Config:
@@ -141,6 +161,7 @@ class Stage1Config(BaseModel):
 __all__ = [
     "CorpusConfig",
     "OptimConfig",
+    "ParallelConfig",
     "PhaseConfig",
     "Stage1Config",
     "load_stage1_config",

@@ -13,6 +13,15 @@ atomically, the newest `keep_checkpoints` kept; an unreadable newest one is logg
 one before it used). A restarted phase carries on from its newest checkpoint with the same
 batches it would have seen: a step's rows are a function of (seed, step).
 
+Under `--dp/--cp/--ep` (torchrun, `parallel` given) every rank takes the same global batch
+of rows, keeps its dp share (`Parallel.dp_share`), and trains on its share of the global
+loss (`composer_parallel.sharded_loss`, normalised by the global batch's target counts) in
+the same `train_step`; rank 0 alone writes metrics, plots and progress. Step checkpoints
+are per rank (`checkpoints/rank-NNN`: each holds its expert shard and its optimizer
+state) and resume under the same dims; the phase's exported `final/` model is the full one.
+MTP runs under cp too (`sharded_loss` computes its shifted tokens, targets and teacher on
+the whole row).
+
 A phase is defined by its step count. `time_limit_s` is an explicit opt-in (default: none):
 a phase with one stops after the checkpoint of the step that crosses it and says so.
 """
@@ -26,18 +35,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from composer_infra.checkpoint import StepCheckpointer
 from composer_model import (
     ComposerModel,
     LossOutput,
+    ModelOutput,
     StepStats,
     build_optimizer,
     compute_loss,
     lr_at,
+    target_counts,
     train_step,
 )
 from composer_model.losses import IGNORE, target_ids
+from composer_parallel import Parallel, sharded_loss
 from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.metrics import MetricsLogger, plot_losses
 from composer_rl.stages.packing import Batch, PackedRows, batch_rows, make_batch
@@ -65,15 +78,38 @@ def phase_step(
     batch: Batch,
     step: int,
     mtp_on: bool,
+    parallel: Parallel | None = None,
+    local: Batch | None = None,
 ) -> StepStats:
-    """One optimizer step of a phase (0-based `step`) on `batch`."""
+    """One optimizer step of a phase (0-based `step`) on `batch` (the global batch).
+
+    With `parallel`, this rank trains on `local` (its dp share of `batch`), its loss
+    normalised by `batch`'s target counts, and the step's hooks synchronise the ranks."""
     weight = config.mtp_weight if mtp_on else 0.0
+
+    def objective() -> LossOutput:
+        if parallel is None:
+            return batch_loss(model, batch, weight)
+        share = batch if local is None else local
+        depths = len(model.mtp_modules)
+        return sharded_loss(
+            model,
+            parallel,
+            share.input_ids,
+            share.positions,
+            share.cu_seqlens,
+            target_counts(batch.input_ids, batch.cu_seqlens, depths, batch.mask),
+            loss_mask=share.mask,
+            mtp_weight=weight,
+        )
+
     return train_step(
         model,
         optimizer,
-        lambda: batch_loss(model, batch, weight),
+        objective,
         grad_clip=config.optim.grad_clip,
         lr=lr_at(step, config.steps, config.optim),
+        parallel=parallel,
     )
 
 
@@ -100,12 +136,14 @@ def evaluate(
     rows_per_batch: int,
     with_mtp: bool = False,
     bucket: int | None = None,
+    parallel: Parallel | None = None,
 ) -> dict[str, Any]:
     """Held-out CE on the first `rows` rows; MTP acceptance (greedy draft equals the main
     head's greedy next token) when asked; CE per position bucket when `bucket` is given.
 
     Targets are `composer_model.losses.target_ids` with the rows' loss mask, the same
-    targets the training loss uses."""
+    targets the training loss uses. With `parallel` every rank evaluates the same rows
+    (`Parallel.forward`: the experts' all-to-all is collective, cp shards are gathered)."""
     was_training = model.training
     model.eval()
     total_loss = torch.zeros((), dtype=torch.float64)
@@ -117,9 +155,18 @@ def evaluate(
     for start in range(0, len(chosen), rows_per_batch):
         batch = make_batch(heldout, chosen[start : start + rows_per_batch])
         mtp = with_mtp and bool(model.mtp_modules)
-        out = model(
-            batch.input_ids, positions=batch.positions, cu_seqlens=batch.cu_seqlens, return_mtp=mtp
-        )
+        out: ModelOutput
+        if parallel is not None and parallel.context is not None:
+            out = parallel.forward(
+                model, batch.input_ids, batch.positions, batch.cu_seqlens, return_mtp=mtp
+            )
+        else:
+            out = model(
+                batch.input_ids,
+                positions=batch.positions,
+                cu_seqlens=batch.cu_seqlens,
+                return_mtp=mtp,
+            )
         logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
         targets = target_ids(batch.input_ids, out.cu_seqlens, 1, batch.mask)
         losses = torch.nn.functional.cross_entropy(
@@ -184,6 +231,24 @@ def _batch_sampler(config: PhaseConfig) -> dict[str, Any]:
     return {"kind": "seeded_rows", "seed": config.seed, "rows_per_step": config.rows_per_step}
 
 
+def _check_same_step(step: int) -> None:
+    """Every rank resumed from the same step (per-rank checkpoints written by one run)."""
+    span = torch.tensor([step, -step], dtype=torch.int64)
+    dist.all_reduce(span, op=dist.ReduceOp.MAX)
+    if int(span[0]) != step or -int(span[1]) != step:
+        raise RuntimeError(
+            f"the ranks resumed from different steps ({-int(span[1])} to {int(span[0])}): a "
+            "checkpoint of one rank is missing; remove the newer ones or restart the phase"
+        )
+
+
+def _rank0_decides(flag: bool) -> bool:
+    """Rank 0's value of `flag` on every rank (a wall-clock decision must be shared)."""
+    value = torch.tensor([int(flag)], dtype=torch.int64)
+    dist.broadcast(value, src=0)
+    return bool(value.item())
+
+
 def train_phase(
     model: ComposerModel,
     config: PhaseConfig,
@@ -192,19 +257,29 @@ def train_phase(
     run_dir: Path,
     on_checkpoint: Callable[[int], None] | None = None,
     show_progress: bool = True,
+    parallel: Parallel | None = None,
 ) -> PhaseResult:
-    """Run (or resume) one phase to `config.steps`; returns where it got to."""
+    """Run (or resume) one phase to `config.steps`; returns where it got to.
+
+    `parallel` (from `composer_parallel.parallelize`, applied to `model` already): run
+    this rank's part of a dp x cp x ep phase (see the module docstring)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     optimizer = build_optimizer(model, config.optim)
-    checkpointer = StepCheckpointer(run_dir / CHECKPOINT_DIR, keep_last=config.keep_checkpoints)
+    main = parallel is None or parallel.is_main
+    checkpoint_root = run_dir / CHECKPOINT_DIR
+    if parallel is not None and parallel.dims.world_size > 1:
+        checkpoint_root = checkpoint_root / f"rank-{parallel.rank:03d}"
+    checkpointer = StepCheckpointer(checkpoint_root, keep_last=config.keep_checkpoints)
     start_step = 0
     mtp_joined_at: int | None = None
     resumed = checkpointer.load(model, optimizer)
     if resumed is not None:
         start_step = resumed.step
         mtp_joined_at = resumed.extra.get("mtp_joined_at")
-    logger = MetricsLogger(run_dir, resume_step=start_step)
+    if parallel is not None and parallel.meshes is not None:
+        _check_same_step(start_step)
+    logger = MetricsLogger(run_dir, resume_step=start_step) if main else None
     model.train()
     began = time.monotonic()
     step = start_step
@@ -212,7 +287,7 @@ def train_phase(
     final_eval: dict[str, Any] = {}
 
     progress = phase_progress()
-    progress.disable = not show_progress
+    progress.disable = not (show_progress and main)
     with progress:
         bar = progress.add_task(
             config.name, total=config.steps, completed=start_step, loss=float("nan"), tok_s=0.0
@@ -222,30 +297,39 @@ def train_phase(
             if mtp_joined_at is None and mtp_joins(config, step, time.monotonic() - began):
                 mtp_joined_at = step
             mtp_on = mtp_joined_at is not None
-            batch = make_batch(
-                train, batch_rows(len(train), config.rows_per_step, step, config.seed)
-            )
-            stats = phase_step(model, optimizer, config, batch, step, mtp_on)
+            rows = batch_rows(len(train), config.rows_per_step, step, config.seed)
+            batch = make_batch(train, rows)
+            local = None if parallel is None else make_batch(train, parallel.dp_share(rows))
+            stats = phase_step(model, optimizer, config, batch, step, mtp_on, parallel, local)
             step += 1
             window_tokens += batch.num_tokens
             tok_s = window_tokens / max(1e-9, time.monotonic() - window_start)
-            logger.log(
-                step,
-                "train",
-                {
-                    **stats.as_dict(),
-                    "mtp_on": int(mtp_on),
-                    "tokens": step * config.tokens_per_step,
-                    "tokens_per_s": tok_s,
-                },
-            )
+            if logger is not None:
+                logger.log(
+                    step,
+                    "train",
+                    {
+                        **stats.as_dict(),
+                        "mtp_on": int(mtp_on),
+                        "tokens": step * config.tokens_per_step,
+                        "tokens_per_s": tok_s,
+                    },
+                )
             progress.update(bar, advance=1, loss=stats.metrics["lm_loss"], tok_s=tok_s)
             stopping = out_of_time(config, time.monotonic() - began) and step < config.steps
+            if parallel is not None and parallel.meshes is not None:
+                stopping = _rank0_decides(stopping)  # every rank stops after the same step
             if should_eval(config, step, stopping):
                 final_eval = evaluate(
-                    model, heldout, config.eval_rows, config.rows_per_step, with_mtp=mtp_on
+                    model,
+                    heldout,
+                    config.eval_rows,
+                    config.rows_per_step,
+                    with_mtp=mtp_on,
+                    parallel=parallel,
                 )
-                logger.log(step, "eval", final_eval)
+                if logger is not None:
+                    logger.log(step, "eval", final_eval)
             if should_checkpoint(config, step, stopping):
                 checkpointer.save(
                     step=step,
@@ -260,8 +344,9 @@ def train_phase(
             if stopping:
                 stopped_early = True
                 break
-    logger.close()
-    plot_losses(run_dir, f"{config.name}: cross-entropy")
+    if logger is not None:
+        logger.close()
+        plot_losses(run_dir, f"{config.name}: cross-entropy")
     return PhaseResult(
         run_dir=run_dir,
         steps_done=step,

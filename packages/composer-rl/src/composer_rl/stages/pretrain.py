@@ -6,6 +6,11 @@ by self-distillation onto the main head. `run_long_context` continues at
 `long_context.seq_len` with YaRN rope scaling (factor `long_context_factor` over the
 pretraining length) and measures held-out loss per position bucket before and after, so the
 gain at long positions is visible (`position_loss.png`, `result.json`).
+
+`run_pretrain` also runs under torchrun with `config.parallel` (dp x cp processes): rank 0
+makes the tokenizer and token cache first, every rank builds the same seeded model and
+`parallelize`s it before the optimizer, and the exported `final/` model is the full one
+(expert shards gathered to rank 0), loadable by a single process.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import Any
 import torch
 
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
-from composer_rl.stages.config import Stage1Config
+from composer_parallel import Parallel, ParallelDims, full_state_dict, parallelize
+from composer_rl.stages.config import ParallelConfig, Stage1Config
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
@@ -24,19 +30,53 @@ from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
 
 
+def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | None:
+    """None for one process; else `parallelize(model, dims)` in this torchrun rank."""
+    import torch.distributed as dist
+
+    if config.world_size == 1:
+        return None
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if world != config.world_size:
+        raise ValueError(
+            f"--dp {config.dp} x --cp {config.cp} needs {config.world_size} processes; this run "
+            f"has {world} (launch with python -m torch.distributed.run --nproc-per-node "
+            f"{config.world_size} ...)"
+        )
+    dims = ParallelDims(dp=config.dp, cp=config.cp, ep=config.ep)
+    return parallelize(model, dims, cp_mode=config.cp_mode)
+
+
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    distributed = config.parallel.world_size > 1 and dist.is_initialized()
+    main = not distributed or dist.get_rank() == 0
     phase_dir, done = open_phase(config.run_dir, config.pretrain.name, config.threads)
     if done is not None:
         return done
     began = time.monotonic()
+    if main:  # the tokenizer and the token cache are written once, by rank 0
+        tokenizer_and_tokens(config.run_dir, config.corpus)
+    if distributed:
+        dist.barrier()
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
     eos = tokenizer.eos_id
     train = pack_documents(train_docs, config.pretrain.seq_len, eos)
     heldout = pack_documents(heldout_docs, config.pretrain.seq_len, eos)
     torch.manual_seed(config.pretrain.seed)
     model = ComposerModel(preset(config.preset, vocab_size=tokenizer.vocab_size))
+    parameters = model.num_parameters()
+    parameters_with_mtp = model.num_parameters(include_mtp=True)
+    parallel = _parallelize(model, config.parallel)
     result = train_phase(
-        model, config.pretrain, train, heldout, phase_dir, show_progress=show_progress
+        model,
+        config.pretrain,
+        train,
+        heldout,
+        phase_dir,
+        show_progress=show_progress,
+        parallel=parallel,
     )
     summary: dict[str, Any] = {
         "phase": config.pretrain.name,
@@ -44,11 +84,20 @@ def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, 
         "stopped_by_time_limit": result.stopped_early,
         "mtp_joined_at": result.mtp_joined_at,
         "seconds": time.monotonic() - began,
-        "parameters": model.num_parameters(),
-        "parameters_with_mtp": model.num_parameters(include_mtp=True),
+        "parameters": parameters,
+        "parameters_with_mtp": parameters_with_mtp,
         "train_tokens_available": int(train.tokens.numel()),
         **result.final_eval,
     }
+    if parallel is not None:
+        summary["parallel"] = config.parallel.model_dump()
+        state = full_state_dict(model, parallel)  # collective: every rank gathers
+        if parallel.is_main:
+            full = ComposerModel(model.config)
+            full.load_state_dict(state)
+            export_final(full, tokenizer, phase_dir, summary)
+        parallel.barrier()  # the others return once final/ and result.json exist
+        return summary
     export_final(model, tokenizer, phase_dir, summary)
     return summary
 
