@@ -25,22 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from composer_rl.rl.compare import PolicyScores, heldout_tasks, paired_margin, score_policy
+from composer_rl.rl.compare import PolicyScores, heldout_tasks, score_policy, seed_margins
 from composer_rl.rl.config import load_config
 from composer_rl.rl.run import run_rl, runner_config
-
-RATES = (
-    ("pass@1 (greedy)", "per_task_pass1"),
-    ("pass@1 (T=1)", "per_task_sampled_pass1"),
-    ("pass@k (T=1)", "per_task_passk"),
-)
 
 
 def _quick_checkpoint(directory: Path) -> Path:
@@ -61,54 +54,34 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def _scores(
-    path: Path, name: str, checkpoint: Path, tasks: list[Any], runner: Any, k: int, threads: int
+    path: Path,
+    name: str,
+    checkpoint: Path,
+    tasks: tuple[list[Any], list[Any]],
+    runner: Any,
+    k: int,
+    threads: int,
 ) -> PolicyScores:
     """Score a checkpoint once; a repeated command reads the kept result."""
+    greedy_tasks, k_tasks = tasks
+    key = {"tasks": [t.id for t in greedy_tasks], "k_tasks": [t.id for t in k_tasks], "k": k}
     if path.is_file():
         data = json.loads(path.read_text())
-        if data.get("tasks") == [t.id for t in tasks] and data["scores"]["k"] == k:
+        if data.get("key") == key:
             return PolicyScores.from_json(data["scores"])
     began = time.monotonic()
-    scores = score_policy(name, checkpoint, tasks, runner=runner, samples_for_k=k, threads=threads)
-    print(f"  scored {name} on {len(tasks)} tasks in {time.monotonic() - began:.0f} s")
-    path.write_text(json.dumps({"tasks": [t.id for t in tasks], "scores": scores.to_json()}))
+    scores = score_policy(
+        name, checkpoint, greedy_tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
+        threads=threads,
+    )  # fmt: skip
+    print(f"  scored {name} on {len(greedy_tasks)} + {len(k_tasks)} x {k} episodes in "
+          f"{time.monotonic() - began:.0f} s")  # fmt: skip
+    path.write_text(json.dumps({"key": key, "scores": scores.to_json()}))
     return scores
 
 
 def _fmt(mean: float, se: float) -> str:
     return f"{mean:.3f}" if math.isnan(se) else f"{mean:.3f} ± {se:.3f}"
-
-
-def summarize(sft: PolicyScores, runs: dict[int, PolicyScores]) -> dict[str, Any]:
-    """Per rate: SFT, each seed, the paired margins, the seed spread and the verdict."""
-    out: dict[str, Any] = {}
-    for label, attribute in RATES:
-        base = getattr(sft, attribute)
-        if not base:
-            continue
-        seeds = {}
-        for seed, final in runs.items():
-            mean, se, n = paired_margin(base, getattr(final, attribute))
-            rate = statistics.fmean(getattr(final, attribute).values())
-            seeds[seed] = {"rate": rate, "margin": mean, "margin_se": se, "tasks": n}
-        rates = [s["rate"] for s in seeds.values()]
-        margins = [s["margin"] for s in seeds.values()]
-        spread = statistics.stdev(rates) if len(rates) > 1 else math.nan
-        margin = statistics.fmean(margins)
-        # The margin's standard error over tasks: per-seed paired errors, averaged over seeds.
-        se = statistics.fmean(s["margin_se"] for s in seeds.values())
-        sft_rate = statistics.fmean(base.values())
-        sft_se = statistics.stdev(base.values()) / math.sqrt(len(base))
-        out[label] = {
-            "sft": (sft_rate, sft_se),
-            "seeds": seeds,
-            "margin_mean": margin,
-            "margin_se": se,
-            "seed_spread": spread,
-            "beats_spread": bool(margin > spread) if not math.isnan(spread) else False,
-            "se_below_third": bool(se < margin / 3),
-        }
-    return out
 
 
 def markdown(summary: dict[str, Any], header: str) -> str:
@@ -164,9 +137,12 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="the SFT checkpoint RL starts from")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2],
+                        help="RL seeds (none: only score the SFT policy)")  # fmt: skip
     parser.add_argument("--per-template", type=int, default=10, help="held-out tasks a template")
     parser.add_argument("--k", type=int, default=4, help="temperature-1 samples a task (pass@k)")
+    parser.add_argument("--k-per-template", type=int, default=4,
+                        help="held-out tasks a template for the sampled pass (a subset)")  # fmt: skip
     parser.add_argument("--config", type=Path, help="RL configuration (TOML), as for `rl`")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="RL settings over the file, e.g. train.lr=1e-4 loop.steps=40")  # fmt: skip
@@ -198,8 +174,9 @@ def main() -> int:
             "loop.drop_constant_groups": False,
             **overrides,
         }
-        args.seeds, args.per_template, args.k = args.seeds[:2], 1, 2
-    tasks = heldout_tasks(args.per_template, seed=0)
+        args.seeds, args.per_template, args.k, args.k_per_template = args.seeds[:2], 1, 2, 1
+    greedy_tasks = heldout_tasks(args.per_template, seed=0)
+    tasks = (greedy_tasks, heldout_tasks(min(args.k_per_template, args.per_template), seed=0))
     runs: dict[int, PolicyScores] = {}
     runner = None
     for seed in args.seeds:
@@ -225,12 +202,17 @@ def main() -> int:
             work / f"scores-seed{seed}.json", f"rl-seed{seed}", final, tasks, runner, args.k,
             args.threads,
         )  # fmt: skip
-    assert runner is not None
+    if runner is None:
+        runner = runner_config(load_config(args.config, {**overrides, "model": str(model)}))
     sft = _scores(work / "scores-sft.json", "sft", model, tasks, runner, args.k, args.threads)
-    summary = summarize(sft, runs)
+    if not runs:
+        print(f"SFT: pass@1 {_fmt(*sft.pass1())}, by difficulty {sft.by_difficulty}")
+        return 0
+    summary = seed_margins(sft, runs)
     header = (
-        f"RL from {model} on {len(tasks)} held-out tasks ({args.per_template} a template), "
-        f"seeds {args.seeds}, k = {args.k}; settings: {overrides or 'defaults'}"
+        f"RL from {model} on {len(greedy_tasks)} held-out tasks ({args.per_template} a template; "
+        f"{len(tasks[1])} of them sampled {args.k} times at T=1), seeds {args.seeds}; "
+        f"settings: {overrides or 'defaults'}"
     )
     text = markdown(summary, header)
     print(text)

@@ -82,12 +82,17 @@ def main(args: argparse.Namespace) -> int:
         ) / len(history)
         summary["token_lag_mean"] = sum(r["token_lag_mean"] for r in history) / len(history)
     if config.eval.per_template:
-        tasks = heldout_tasks(config.eval.per_template, seed=config.seed)
+        tasks = heldout_tasks(config.eval.per_template, seed=0)
+        k = config.eval.pass_k_samples if config.eval.pass_k_samples > 1 else 0
+        k_tasks = heldout_tasks(min(config.eval.k_per_template, config.eval.per_template), seed=0)
         runner = runner_config(config)
-        console.print(f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks")
+        console.print(
+            f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
+            + (f" and {len(k_tasks)} of them {k} times at temperature 1" if k else "")
+        )
         scores = [
-            score_policy(name, path, tasks, runner=runner, samples_for_k=config.eval.pass_k_samples,
-                         threads=config.threads)
+            score_policy(name, path, tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
+                         threads=config.threads, batch=config.eval.batch)
             for name, path in (("sft", config.model), ("rl", run_dir / "final"))
         ]  # fmt: skip
         rows = comparison_rows(*scores)

@@ -9,6 +9,7 @@ is far tighter than two independent errors because task difficulty cancels.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,21 @@ def score_policy(
     *,
     runner: RunnerConfig,
     samples_for_k: int = 0,
+    k_tasks: list[Task] | None = None,
     threads: int | None = None,
+    batch: int = 32,
 ) -> PolicyScores:
+    """Greedy pass@1 on `tasks`; with `samples_for_k`, temperature-1 samples of `k_tasks`
+    (default: the same tasks) for pass@k and the sampled pass@1.
+
+    All episodes of a pass go to the engine at once (`tasks_per_step` = all), so continuous
+    batching keeps `batch` episodes decoding instead of waiting for each chunk's slowest.
+    """
     greedy = RunnerConfig(**{**vars(runner), "temperature": 0.0})
-    summary, results = run_eval(checkpoint, tasks, EvalConfig(samples=1, runner=greedy), threads)
+    config = EvalConfig(
+        samples=1, runner=greedy, max_batch_size=batch, tasks_per_step=max(1, len(tasks))
+    )
+    summary, results = run_eval(checkpoint, tasks, config, threads)
     scores = PolicyScores(
         name=name,
         checkpoint=str(checkpoint),
@@ -89,9 +101,16 @@ def score_policy(
         mean, se = mean_se(values)
         scores.by_difficulty[difficulty] = (mean, se, len(values))
     if samples_for_k > 1:
+        sampled_tasks = tasks if k_tasks is None else k_tasks
         sampled = RunnerConfig(**{**vars(runner), "temperature": 1.0})
-        config = EvalConfig(samples=samples_for_k, k_values=(samples_for_k,), runner=sampled)
-        _, sampled_results = run_eval(checkpoint, tasks, config, threads)
+        config = EvalConfig(
+            samples=samples_for_k,
+            k_values=(samples_for_k,),
+            runner=sampled,
+            max_batch_size=batch,
+            tasks_per_step=max(1, len(sampled_tasks)),
+        )
+        _, sampled_results = run_eval(checkpoint, sampled_tasks, config, threads)
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)
         scores.per_task_sampled_pass1 = _per_task(sampled_results, 1)
         scores.k = samples_for_k
@@ -103,6 +122,51 @@ def paired_margin(a: dict[str, float], b: dict[str, float]) -> tuple[float, floa
     common = sorted(set(a) & set(b))
     mean, se = mean_se([b[t] - a[t] for t in common])
     return mean, se, len(common)
+
+
+RATES = (
+    ("pass@1 (greedy)", "per_task_pass1"),
+    ("pass@1 (T=1)", "per_task_sampled_pass1"),
+    ("pass@k (T=1)", "per_task_passk"),
+)
+"""The per-task rates `seed_margins` compares, by label and `PolicyScores` attribute."""
+
+
+def seed_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> dict[str, Any]:
+    """RL from one SFT policy under several seeds, each scored on the same tasks as SFT.
+
+    Per rate: SFT's value and standard error; each seed's rate and paired margin over SFT
+    with its standard error; the seed-to-seed spread (standard deviation of the RL rates);
+    and the two tests a learning claim must pass: the mean margin exceeds the spread, and
+    the margin's standard error over tasks is below a third of the margin.
+    """
+    out: dict[str, Any] = {}
+    for label, attribute in RATES:
+        base = getattr(sft, attribute)
+        if not base:
+            continue
+        seeds = {}
+        for seed, final in runs.items():
+            mean, se, n = paired_margin(base, getattr(final, attribute))
+            rate = statistics.fmean(getattr(final, attribute).values())
+            seeds[seed] = {"rate": rate, "margin": mean, "margin_se": se, "tasks": n}
+        rates = [s["rate"] for s in seeds.values()]
+        margins = [s["margin"] for s in seeds.values()]
+        spread = statistics.stdev(rates) if len(rates) > 1 else math.nan
+        margin = statistics.fmean(margins)
+        # The margin's standard error over tasks: one seed's paired error, averaged over the
+        # seeds (conservative: the seeds share the tasks, so their task noise does not average).
+        se = statistics.fmean(s["margin_se"] for s in seeds.values())
+        out[label] = {
+            "sft": mean_se(base.values()),
+            "seeds": seeds,
+            "margin_mean": margin,
+            "margin_se": se,
+            "seed_spread": spread,
+            "beats_spread": bool(margin > spread) if not math.isnan(spread) else False,
+            "se_below_third": bool(se < margin / 3),
+        }
+    return out
 
 
 def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any]]:
@@ -152,4 +216,5 @@ __all__ = [
     "heldout_tasks",
     "paired_margin",
     "score_policy",
+    "seed_margins",
 ]

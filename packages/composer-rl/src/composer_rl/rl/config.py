@@ -66,15 +66,33 @@ class TasksSection(_Section):
 
 
 class EvalSection(_Section):
+    """The final comparison (SFT against RL on the same held-out tasks) and the periodic one.
+
+    The held-out tasks are drawn with a fixed seed (0), not the run's, so runs of different
+    seeds are scored on the same tasks and their margins compare.
+    """
+
     per_template: int = Field(
-        default=24, ge=0, description="held-out tasks per template for the final comparison"
+        default=10,
+        ge=0,
+        description="held-out tasks per template for the final comparison, greedy (0: none)",
     )
+    pass_k_samples: int = Field(
+        default=4, ge=0, description="temperature-1 samples a task for pass@k (0 or 1: off)"
+    )
+    k_per_template: int = Field(
+        default=4, ge=1, description="held-out tasks per template sampled for pass@k"
+    )
+    batch: int = Field(default=32, ge=1, description="episodes decoded together")
     every: int = Field(
-        default=0, ge=0, description="evaluate every Nth version during the run (0: off)"
+        default=10,
+        ge=0,
+        description="the evaluation service scores every Nth version during the run, beside "
+        "training (0: off)",
     )
-    during_per_template: int = Field(default=4, ge=1)
-    samples: int = Field(default=1, ge=1)
-    pass_k_samples: int = Field(default=0, ge=0, description="extra samples for pass@k (0: off)")
+    during_per_template: int = Field(
+        default=2, ge=1, description="held-out tasks per template of the periodic evaluation"
+    )
 
 
 class RLConfig(_Section):

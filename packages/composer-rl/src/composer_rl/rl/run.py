@@ -230,7 +230,7 @@ class PeriodicEvaluation:
         self.runner = runner_config(config)
         self.tasks = (
             sample_tasks(
-                collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=config.seed
+                collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=0
             )
             if self.every
             else []
