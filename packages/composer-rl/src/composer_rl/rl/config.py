@@ -31,7 +31,7 @@ class RolloutSection(_Section):
     max_turns: int = Field(default=6, ge=1)
     max_new_tokens: int = Field(default=160, ge=8)
     temperature: float = Field(default=1.0, gt=0)
-    max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
+    max_batch_size: int = Field(default=24, ge=1, description="episodes decoded together")
     max_seq_len: int = Field(default=1024, ge=64)
     grading_workers: int = Field(default=2, ge=1)
     record_routing: bool = Field(default=True, description="needed for router replay")
@@ -46,7 +46,7 @@ class RolloutSection(_Section):
 
 
 class TrainSection(_Section):
-    lr: float = Field(default=2e-5, gt=0)
+    lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float | None = Field(default=1.0, gt=0)
     warmup_steps: int = Field(default=0, ge=0, description="then a constant learning rate")

@@ -65,7 +65,7 @@ class OrchestratorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    steps: int = Field(default=30, ge=1, description="optimizer steps of the RL run")
+    steps: int = Field(default=40, ge=1, description="optimizer steps of the RL run")
     group_size: int = Field(default=8, ge=2, description="G episodes per prompt (fixed)")
     groups_per_step: int = Field(default=2, ge=1, description="groups in one trained batch")
     max_groups_in_flight: int = Field(

@@ -129,7 +129,7 @@ class Stage1Config(BaseModel):
     sft: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="sft",
-            steps=700,
+            steps=1400,
             seq_len=1024,
             rows_per_step=2,
             eval_every=100,
