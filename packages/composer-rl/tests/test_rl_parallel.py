@@ -1,5 +1,5 @@
 """`composer-rl rl` with a parallel trainer: flags, the local-mode refusal, the rank-group
-endpoint, and (slow) a real run whose trainer is two Ray rank actors (dp=2, ep=2)."""
+endpoint, and (slow) real runs whose trainer is two Ray rank actors (dp=2 or cp=2, ep=2)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def test_rank_zero_future_waits_for_every_rank_and_fails_on_any() -> None:
 
 
 @pytest.mark.slow
-def test_rl_command_with_a_dp2_ep2_trainer_on_ray(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dims", [("--dp", "2"), ("--cp", "2")], ids=["dp2-ep2", "cp2-ep2"])
+def test_rl_command_with_a_parallel_trainer_on_ray(tmp_path: Path, dims: tuple[str, str]) -> None:
     model = tiny_checkpoint(tmp_path / "sft")
     run = tmp_path / "run"
     command = [
@@ -73,8 +74,7 @@ def test_rl_command_with_a_dp2_ep2_trainer_on_ray(tmp_path: Path) -> None:
         str(model),
         "--run-dir",
         str(run),
-        "--dp",
-        "2",
+        *dims,
         "--ep",
         "2",
         "--train.lr",
@@ -108,7 +108,7 @@ def test_rl_command_with_a_dp2_ep2_trainer_on_ray(tmp_path: Path) -> None:
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["version"] for r in rows] == [1, 2]
     assert all(r["sampled_tokens"] > 0 and torch.isfinite(torch.tensor(r["loss"])) for r in rows)
-    assert "dp = 2" in (run / "config.toml").read_text()
+    assert f"{dims[0][2:]} = 2" in (run / "config.toml").read_text()
     # Every rank checkpointed its own state (its expert shard) at both steps.
     ranks = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ranks == ["rank-000", "rank-001"]
