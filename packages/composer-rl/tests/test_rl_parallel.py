@@ -42,6 +42,20 @@ def test_local_mode_refuses_a_parallel_trainer(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()  # refused before anything was started
 
 
+def test_a_step_too_small_for_dp_is_refused(tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        {
+            "train.dp": 8,
+            "loop.group_size": 2,
+            "loop.groups_per_step": 2,
+            "run_dir": str(tmp_path / "run"),
+        },
+    )
+    with pytest.raises(ValueError, match=r"cannot feed --train\.dp 8"):
+        run_rl(config)
+
+
 def test_rank_zero_future_waits_for_every_rank_and_fails_on_any() -> None:
     ranks: list[Future[str]] = [Future(), Future()]
     out = _rank_zero(ranks)

@@ -322,6 +322,12 @@ def run_rl(
             f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
             "process a rank, joined in a process group: run on Ray (drop --local true)"
         )
+    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
+        raise ValueError(
+            f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
+            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
+            "raise loop.groups_per_step or loop.group_size"
+        )
     model_dir = config.model
     tokenizer_path = model_dir / "tokenizer.json"
     if not tokenizer_path.is_file():
