@@ -139,3 +139,13 @@ def test_rl_command_with_a_parallel_trainer_on_ray(tmp_path: Path, dims: tuple[s
     ids = torch.randint(1, final.config.vocab_size, (1, 12))
     assert torch.isfinite(final(ids).logits).all()
     assert (run / "final" / "tokenizer.json").is_file()
+    # The same command with one more step resumes every rank from its own checkpoint.
+    steps = command.index("--loop.steps") + 1
+    command[steps] = "3"
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["version"] > 2  # restored weights went out under an unused number first
+    for rank in ranks:  # and each rank wrote its step-3 checkpoint after the resume
+        assert list((run / "checkpoints" / rank).glob("step-00000003-*")), rank
