@@ -1,10 +1,10 @@
-"""The RL training step, data- and expert-parallel under torchrun, equals one process.
+"""The RL training step, data-, context- and expert-parallel under torchrun, equals one process.
 
-Two gloo processes on loopback (dp=2, ep=2) run `TrainingService.train_rl` on the same
-trajectories as a one-process service (then one next-token `train_step` on five
-sequences, split 3/2): the loss, the gradient norm and the objective's
-metrics (the ranks' shares summed) must match step for step, and the exported policy
-(experts gathered to rank 0) must equal the one-process policy.
+Two gloo processes on loopback (dp=2 ep=2, or cp=2 ep=2) run `TrainingService.train_rl` on
+the same trajectories (router replay, KL reference, MTP self-distillation) as a one-process
+service (then one next-token `train_step` on five sequences): the loss, the gradient norm
+and the objective's metrics (the ranks' shares summed) must match step for step, and the
+exported policy (experts gathered to rank 0) must equal the one-process policy.
 """
 
 from __future__ import annotations
@@ -30,11 +30,15 @@ COMPARED = (
     "mtp_loss",
     "sampled_tokens",
     "logprob_mismatch",
+    "kl_k1",
+    "kl_k3",
+    "replay_replacements",
 )
 
 
 @pytest.mark.slow
-def test_train_rl_dp2_ep2_under_torchrun_matches_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("dp", "cp"), [(2, 1), (1, 2)], ids=["dp2-ep2", "cp2-ep2"])
+def test_train_rl_under_torchrun_matches_one_process(tmp_path: Path, dp: int, cp: int) -> None:
     single = run(tmp_path / "single")
     out = tmp_path / "parallel"
     out.mkdir()
@@ -54,7 +58,9 @@ def test_train_rl_dp2_ep2_under_torchrun_matches_one_process(tmp_path: Path) -> 
         str(job),
         str(out),
         "--dp",
-        "2",
+        str(dp),
+        "--cp",
+        str(cp),
         "--ep",
         "2",
     ]
@@ -69,6 +75,7 @@ def test_train_rl_dp2_ep2_under_torchrun_matches_one_process(tmp_path: Path) -> 
             assert ours[key] == pytest.approx(ref[key], rel=1e-3, abs=1e-5), key
         assert ours["version"] == ref["version"]
     assert single[-1]["mtp_loss"] > 0  # the MTP term ran (and was split by depth counts)
+    assert single[0]["kl_k3"] > 0 or single[1]["kl_k3"] > 0  # the reference ran
     ranks = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert ranks == ["rank-000", "rank-001"]
     full = load_pretrained(out / "final")

@@ -51,6 +51,31 @@ class TrainSection(_Section):
     grad_clip: float | None = Field(default=1.0, gt=0)
     warmup_steps: int = Field(default=0, ge=0, description="then a constant learning rate")
     checkpoint_every: int = Field(default=5, ge=1)
+    dp: int = Field(
+        default=1, ge=1, description="data-parallel training ranks (Ray actors; alias --dp)"
+    )
+    cp: int = Field(
+        default=1,
+        ge=1,
+        description="context-parallel ranks a sequence is split over (dp x cp actors; --cp)",
+    )
+    ep: int = Field(
+        default=1, ge=1, description="expert-parallel degree, dividing dp x cp (alias --ep)"
+    )
+    cp_mode: Literal["allgather", "ring"] = "allgather"
+
+    @property
+    def ranks(self) -> int:
+        """Training processes: dp x cp (one Ray actor each when above 1)."""
+        return self.dp * self.cp
+
+
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "train.dp": ("--dp",),
+    "train.cp": ("--cp",),
+    "train.ep": ("--ep",),
+}
+"""Short flags for knobs also spelled that way by `composer-rl pretrain`."""
 
 
 class TasksSection(_Section):
@@ -186,7 +211,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         if choices:
             help_text += f"; one of {', '.join(choices)}"
         flag = "--" + key.replace("_", "-")
-        parser.add_argument(flag, dest=f"cfg::{key}", metavar="V", help=help_text)
+        aliases = FLAG_ALIASES.get(key, ())
+        parser.add_argument(flag, *aliases, dest=f"cfg::{key}", metavar="V", help=help_text)
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:

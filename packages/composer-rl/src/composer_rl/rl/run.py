@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from composer_rl.rl.summarize import SummaryConfig
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
 from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.stages.config import ParallelConfig
 from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
 
@@ -66,6 +68,56 @@ class RayEndpoint:
 
     def close(self) -> None:
         pass
+
+
+class RankGroupEndpoint:
+    """The rank actors of a parallel trainer as one endpoint.
+
+    Every call goes to every rank (each keeps its share of a batch; the step's collectives
+    need all of them), submitted under a lock so all ranks see the calls in one order, with
+    the arguments stored once in Ray's object store. The future resolves when every rank
+    has answered, to rank 0's result, or fails as soon as any rank fails."""
+
+    def __init__(self, actors: Sequence[Any]) -> None:
+        if not actors:
+            raise ValueError("a rank group needs at least one actor")
+        self.ranks = [RayEndpoint(actor) for actor in actors]
+        self._lock = threading.Lock()
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]:
+        import ray
+
+        refs = [ray.put(a) for a in args]
+        named = {k: ray.put(v) for k, v in kwargs.items()}
+        with self._lock:
+            futures = [rank.call(method, *refs, **named) for rank in self.ranks]
+        return _rank_zero(futures)
+
+    def close(self) -> None:
+        pass
+
+
+def _rank_zero(futures: list[Future[Any]]) -> Future[Any]:
+    """A future of futures[0]'s result once all are done; the first failure fails it."""
+    out: Future[Any] = Future()
+    pending = [len(futures)]
+    lock = threading.Lock()
+
+    def done(future: Future[Any]) -> None:
+        with lock:
+            if out.done():
+                return
+            error = future.exception()
+            if error is not None:
+                out.set_exception(error)
+                return
+            pending[0] -= 1
+            if pending[0] == 0:
+                out.set_result(futures[0].result())
+
+    for future in futures:
+        future.add_done_callback(done)
+    return out
 
 
 def training_tasks(config: RLConfig) -> list[Task]:
@@ -103,6 +155,9 @@ def training_config(config: RLConfig) -> TrainingConfig:
         threads=config.threads,
         rl=config.loss,
         reference=True,
+        parallel=ParallelConfig(
+            dp=config.train.dp, cp=config.train.cp, ep=config.train.ep, cp_mode=config.train.cp_mode
+        ),
     )
 
 
@@ -128,7 +183,7 @@ def runner_config(config: RLConfig) -> RunnerConfig:
 
 @dataclass
 class RunHandles:
-    trainer: LocalEndpoint | RayEndpoint
+    trainer: LocalEndpoint | RayEndpoint | RankGroupEndpoint
     rollout: LocalEndpoint | RayEndpoint
     evaluation: LocalEndpoint | RayEndpoint
     stop: Callable[[], None]
@@ -183,7 +238,9 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
         services.stop()
 
     return RunHandles(
-        RayEndpoint(services.training),
+        RankGroupEndpoint(services.training_ranks)
+        if services.training_ranks
+        else RayEndpoint(services.training),
         RayEndpoint(services.inference[0]),
         RayEndpoint(services.evaluation),
         stop,
@@ -260,6 +317,17 @@ def run_rl(
     step_boundary: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call."""
+    if config.local and config.train.ranks > 1:
+        raise ValueError(
+            f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
+            "process a rank, joined in a process group: run on Ray (drop --local true)"
+        )
+    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
+        raise ValueError(
+            f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
+            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
+            "raise loop.groups_per_step or loop.group_size"
+        )
     model_dir = config.model
     tokenizer_path = model_dir / "tokenizer.json"
     if not tokenizer_path.is_file():
@@ -342,4 +410,11 @@ def run_rl(
         handles.stop()
 
 
-__all__ = ["LocalEndpoint", "RayEndpoint", "RunLog", "run_rl", "training_tasks"]
+__all__ = [
+    "LocalEndpoint",
+    "RankGroupEndpoint",
+    "RayEndpoint",
+    "RunLog",
+    "run_rl",
+    "training_tasks",
+]

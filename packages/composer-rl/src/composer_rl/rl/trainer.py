@@ -5,17 +5,27 @@ callable, so RL shares clipping, Adam, the balancing-bias update, checkpoints an
 with pretraining and SFT. The forward replays the experts the inference engine chose for
 every token (router replay, with the plausibility guard), so the trainer's log-probabilities
 are those of the network that sampled; the mismatch that remains is a metric.
+
+Under context parallelism (`RLContext`) a rank holds a head-tail shard of each sequence, so
+everything that looks ahead is computed on the whole row first and then sharded: the token
+each position's log-probability is of, the per-token records (mask, behaviour logprobs,
+advantages, replayed experts), the MTP inputs and targets, and the self-distillation
+teacher; the main logits are all-gathered (detached) for the teacher and MTP acceptance.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from composer_model import ComposerModel
-from composer_model.losses import mtp_loss, target_counts
+from composer_model import ComposerModel, ModelOutput
+from composer_model.losses import mtp_loss, target_counts, target_ids
+from composer_parallel import ContextParallel, ContextShard
+from composer_parallel.context import gather_sequence
 from composer_rl.rl.algorithm import KLEstimator, rl_objective
 from composer_rl.rl.batch import PackedBatch
 
@@ -81,6 +91,17 @@ def global_batch_of(batch: PackedBatch, mtp_depths: int) -> GlobalBatch:
     )
 
 
+@dataclass(frozen=True)
+class RLContext:
+    """The context-parallel handles of a cp rank: the policy's and (when there is one) the
+    frozen reference's, both over the same cp group (`apply_context_parallel` on each).
+
+    `rl_loss` with one needs `whole` too: every normaliser is the whole batch's."""
+
+    policy: ContextParallel
+    reference: ContextParallel | None = None
+
+
 @dataclass
 class RLLoss:
     """What `train_step` backpropagates, with the step's metrics."""
@@ -90,13 +111,19 @@ class RLLoss:
 
 
 def target_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    temperature: float,
+    next_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """log pi(token t + 1 | ..t) at every position t of a packed row ([1, T, V] -> [T])."""
+    """log pi(token t + 1 | ..t) at every position t of a packed row ([1, T, V] -> [T]).
+
+    `next_ids` (token t + 1 of every position) replaces the roll of `input_ids`: a
+    context-parallel shard's next tokens may sit on another rank."""
     flat = logits.reshape(-1, logits.shape[-1]).float()
     if temperature != 1.0:
         flat = flat / temperature
-    nxt = torch.roll(input_ids.reshape(-1), -1)
+    nxt = torch.roll(input_ids.reshape(-1), -1) if next_ids is None else next_ids.reshape(-1)
     return torch.log_softmax(flat, dim=-1).gather(1, nxt[:, None]).squeeze(1)
 
 
@@ -116,32 +143,66 @@ def rl_loss(
     config: RLLossConfig,
     reference: ComposerModel | None = None,
     whole: GlobalBatch | None = None,
+    context: RLContext | None = None,
 ) -> RLLoss:
     """The report's RL loss on one packed batch, plus MTP self-distillation (weighted).
 
     `whole` (a data-parallel rank: `batch` is its share): the loss and the metrics become
     this rank's shares of the whole batch's (see `GlobalBatch`); the training step sums
-    them over the ranks."""
+    them over the ranks. `context` (a context-parallel rank; `whole` required): `batch` is
+    the whole row of this rank's dp share, and the rank computes its head-tail shard of it
+    (see the module docstring)."""
+    if context is not None and whole is None:
+        raise ValueError("rl_loss under context parallelism needs `whole` (the global counts)")
     replay = batch.routing if config.router_replay else None
     want_mtp = config.mtp_weight > 0 and bool(model.mtp_modules)
-    output = model(
-        batch.input_ids,
-        cu_seqlens=batch.cu_seqlens,
-        replay_indices=replay,
-        replay_guard=config.replay_guard if replay is not None else None,
-        return_mtp=want_mtp,
+    depths = len(model.mtp_modules) if want_mtp else 0
+    flat = batch.input_ids.reshape(-1)
+    sampled = torch.roll(batch.target_mask, 1)  # token t was sampled by the policy
+    shard = context.policy.shard(batch.cu_seqlens) if context is not None else None
+
+    def local(row: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens of a whole-row tensor (dim 0 runs over the tokens)."""
+        return row if shard is None else shard.shard(row, dim=0)
+
+    ids = local(flat)[None]
+    positions = None if shard is None else shard.positions[None]
+    cu_seqlens = batch.cu_seqlens if shard is None else shard.local_cu_seqlens
+    local_replay = None if replay is None else local(replay)
+    next_ids = None if shard is None else local(torch.roll(flat, -1))
+    shifted = (
+        [local(torch.roll(flat, -k)) for k in range(1, depths + 1)]
+        if shard is not None and depths
+        else None
     )
-    logp = target_logprobs(output.logits, batch.input_ids, config.temperature)
+    with _on_shard(context.policy if context is not None else None, shard):
+        output = model(
+            ids,
+            positions=positions,
+            cu_seqlens=cu_seqlens,
+            replay_indices=local_replay,
+            replay_guard=config.replay_guard if replay is not None else None,
+            return_mtp=want_mtp,
+            mtp_shifted_ids=shifted,
+        )
+    logp = target_logprobs(output.logits, ids, config.temperature, next_ids)
     ref_logp = None
     if reference is not None and (config.kl_coef > 0 or config.kl_metrics):
-        with torch.no_grad():
-            ref_out = reference(batch.input_ids, cu_seqlens=batch.cu_seqlens, replay_indices=replay)
-            ref_logp = target_logprobs(ref_out.logits, batch.input_ids, config.temperature)
+        if context is not None and context.reference is None:
+            raise ValueError(
+                "a reference model under context parallelism needs RLContext.reference"
+            )
+        ref_context = context.reference if context is not None else None
+        with torch.no_grad(), _on_shard(ref_context, shard):
+            ref_out = reference(
+                ids, positions=positions, cu_seqlens=cu_seqlens, replay_indices=local_replay
+            )
+            ref_logp = target_logprobs(ref_out.logits, ids, config.temperature, next_ids)
     terms = rl_objective(
         logp,
-        batch.behaviour_logp,
-        batch.advantages,
-        batch.target_mask,
+        local(batch.behaviour_logp),
+        local(batch.advantages),
+        local(batch.target_mask),
         normalizer=float(
             (batch.num_sequences if whole is None else whole.num_sequences)
             * config.normalizer_tokens
@@ -163,25 +224,60 @@ def rl_loss(
     }
     if want_mtp and output.mtp_logits:
         # Self-distillation onto the main head on the tokens the policy sampled.
-        sampled = torch.roll(batch.target_mask, 1)
-        extra = mtp_loss(
-            output,
-            batch.input_ids,
-            "self_distill",
-            loss_mask=sampled,
-            denominators=None if whole is None else whole.mtp_targets,
-        )
+        denominators = None if whole is None else whole.mtp_targets
+        if shard is None or context is None:
+            extra = mtp_loss(
+                output, batch.input_ids, "self_distill", sampled, denominators=denominators
+            )
+            acceptance = mtp_acceptance(
+                output.logits.detach(), output.mtp_logits[0].detach(), batch.target_mask
+            )
+        else:
+            main, draft = _gathered(output, shard, context.policy)
+            extra = mtp_loss(
+                output,
+                ids,
+                "self_distill",
+                denominators=denominators,
+                targets=[
+                    local(target_ids(batch.input_ids, batch.cu_seqlens, k + 1, sampled))
+                    for k in range(1, depths + 1)
+                ],
+                teachers=[local(torch.roll(main, -k, dims=0)) for k in range(1, depths + 1)],
+            )
+            # On the whole row (every cp rank of it alike), weighted below by token share.
+            acceptance = mtp_acceptance(main, draft, batch.target_mask)
         loss = loss + config.mtp_weight * extra
         metrics["mtp_loss"] = float(extra.detach())
-        metrics["mtp_acceptance"] = mtp_acceptance(
-            output.logits.detach(), output.mtp_logits[0].detach(), batch.target_mask
-        )
+        metrics["mtp_acceptance"] = acceptance
     if whole is not None:  # per-token means -> this rank's token-weighted share
         share = terms.tokens / max(1, whole.sampled_tokens)
         for key in MEAN_METRICS:
             if key in metrics:
                 metrics[key] *= share
     return RLLoss(loss=loss, metrics=metrics)
+
+
+@contextlib.contextmanager
+def _on_shard(context: ContextParallel | None, shard: ContextShard | None) -> Iterator[None]:
+    """Run a context-parallel model on `shard` (nothing to do in one process)."""
+    if context is None or shard is None:
+        yield
+        return
+    with context.use(shard):
+        yield
+
+
+def _gathered(
+    output: ModelOutput, shard: ContextShard, context: ContextParallel
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole row's main logits and first MTP depth's logits ([T, V] each, detached),
+    all-gathered over cp: the self-distillation teacher k ahead may sit on another rank."""
+    assert output.mtp_logits is not None
+    with torch.no_grad():
+        main = gather_sequence(output.logits[0].detach(), shard, context.group)
+        draft = gather_sequence(output.mtp_logits[0][0].detach(), shard, context.group)
+    return main, draft
 
 
 MEAN_METRICS = ("is_capped_share", "kl_k1", "kl_k3", "logprob_mismatch", "mtp_acceptance")
@@ -191,6 +287,7 @@ share of `mtp_acceptance` is by sampled tokens, an approximation of its own coun
 
 __all__ = [
     "GlobalBatch",
+    "RLContext",
     "RLLoss",
     "RLLossConfig",
     "global_batch_of",

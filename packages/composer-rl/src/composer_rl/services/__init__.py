@@ -8,7 +8,7 @@ Training (`TrainingService`), inference (`InferenceService`), evaluation
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
-from composer_rl.services.launch import SERVICE_NAMES, Services, start_services
+from composer_rl.services.launch import SERVICE_NAMES, Services, TrainingRank, start_services
 from composer_rl.services.training import TrainingConfig, TrainingService
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "InferenceService",
     "Services",
     "TrainingConfig",
+    "TrainingRank",
     "TrainingService",
     "start_services",
 ]

@@ -5,6 +5,14 @@ cluster joined through `address` (the CLI's ``--ray-address``). They meet throug
 run directory: the trainer publishes weights to ``<run_dir>/weights`` (or `store_url`,
 e.g. ``s3://...``) and checkpoints to ``<run_dir>/checkpoints``; inference and
 evaluation subscribe to the same store.
+
+A data-, context- or expert-parallel trainer (`TrainingConfig.parallel` with dp x cp > 1) is
+one `TrainingRank` actor a rank: rank 0 picks the rendezvous address (loopback when every
+rank is on its node, else its node's IP) and a free port, every rank joins one process
+group there (gloo; NCCL when the actor sees a GPU) and then builds the `TrainingService`.
+`Services.training` is rank 0 (it publishes); `Services.training_ranks` all of them, which
+must all get every `train_rl` / `train_step` / `save_checkpoint` / `export` call in the same
+order (`composer_rl.rl.run.RankGroupEndpoint` does that).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import torch
+import torch.distributed as dist
 from ray.actor import ActorHandle
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
@@ -25,6 +35,8 @@ from composer_rl.services._common import ModelSource
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
 from composer_rl.services.training import TrainingConfig, TrainingService
+
+LOOPBACK = "127.0.0.1"
 
 SERVICE_NAMES = ("training", "inference", "environment", "evaluation")
 """The keys of `start_services(placement=...)` and `Services.locations()`."""
@@ -41,6 +53,72 @@ def _where(_service: object) -> dict[str, Any]:
     }
 
 
+class TrainingRank(TrainingService):
+    """One rank of a parallel training service, as a Ray actor.
+
+    Built in two calls because the ranks must meet first: the constructor only records the
+    rank; `rendezvous` (rank 0) names the address, and `join` (every rank, concurrently)
+    joins the process group there and only then runs `TrainingService.__init__`, whose
+    parallelization and first publish are collective. After `join` it is the service."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+
+    def node(self) -> str:
+        """The Ray node this rank runs on (rank 0 picks loopback when all share one)."""
+        return str(ray.get_runtime_context().get_node_id())
+
+    def rendezvous(self, loopback: bool) -> str:
+        """``host:port`` for the process group's TCP store, a port free on this node now."""
+        host = LOOPBACK if loopback else ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        return f"{host}:{port}"
+
+    def join(
+        self,
+        address: str,
+        model: ModelSource,
+        store_url: str,
+        checkpoint_dir: str,
+        config: TrainingConfig,
+    ) -> int:
+        """Join the group at `address`, then become the training service; its version."""
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(0)  # Ray shows the actor its own GPU(s) only
+        dist.init_process_group(
+            backend, init_method=f"tcp://{address}", rank=self.rank, world_size=self.world_size
+        )
+        TrainingService.__init__(self, model, store_url, checkpoint_dir, config)
+        return self.policy_version
+
+    def close(self) -> None:
+        if hasattr(self, "publisher"):  # joined (a failed join built no service)
+            super().close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _spawn_training_ranks(
+    rt: RayRuntime,
+    model: ModelSource,
+    store_url: str,
+    checkpoint_dir: str,
+    config: TrainingConfig,
+    resources: dict[str, float] | None,
+) -> list[ActorHandle]:
+    """dp x cp `TrainingRank` actors joined in one process group, services built."""
+    world = config.parallel.world_size
+    ranks = [rt.spawn(TrainingRank, rank, world, resources=resources) for rank in range(world)]
+    nodes: list[str] = ray.get([rank.node.remote() for rank in ranks])
+    address = str(ray.get([ranks[0].rendezvous.remote(len(set(nodes)) == 1)])[0])
+    ray.get([rank.join.remote(address, model, store_url, checkpoint_dir, config) for rank in ranks])
+    return ranks
+
+
 @dataclass
 class Services:
     """Handles of the four actors (call ``.method.remote(...)``) and the runtime they run on."""
@@ -52,10 +130,14 @@ class Services:
     evaluation: ActorHandle
     store_url: str
     owns_runtime: bool = field(default=False, repr=False)
+    training_ranks: list[ActorHandle] = field(default_factory=list)
+    """Every rank of a parallel trainer (rank 0 is `training`); empty for one process."""
 
     def actors(self) -> dict[str, ActorHandle]:
-        """Every actor by name: ``training``, ``inference-0``.., ``environment``, ``evaluation``."""
+        """Every actor by name: ``training`` (and ``training-1``.. for the other ranks of a
+        parallel trainer), ``inference-0``.., ``environment``, ``evaluation``."""
         named = {"training": self.training}
+        named.update({f"training-{i}": actor for i, actor in enumerate(self.training_ranks) if i})
         named.update({f"inference-{i}": actor for i, actor in enumerate(self.inference)})
         named.update({"environment": self.environment, "evaluation": self.evaluation})
         return named
@@ -75,7 +157,9 @@ class Services:
     def stop(self, timeout_s: float = 60.0) -> None:
         """Close the services (publisher flushed, sandboxes removed), then Ray if we started it."""
         try:
-            closing = [self.training.close.remote(), self.environment.shutdown.remote()]
+            trainers = self.training_ranks or [self.training]
+            closing = [actor.close.remote() for actor in trainers]
+            closing.append(self.environment.shutdown.remote())
             closing += [actor.close.remote() for actor in (*self.inference, self.evaluation)]
             ray.wait(closing, num_returns=len(closing), timeout=timeout_s)
         finally:
@@ -158,14 +242,21 @@ def start_services(
         run.mkdir(parents=True, exist_ok=True)
         url = store_url or (run / "weights").as_uri()
         training_config = training or TrainingConfig(threads=threads)
-        trainer = rt.spawn(
-            TrainingService,
-            model,
-            url,
-            str(run / "checkpoints"),
-            training_config,
-            resources=where.get("training"),
-        )
+        ranks: list[ActorHandle] = []
+        if training_config.parallel.world_size > 1:
+            ranks = _spawn_training_ranks(
+                rt, model, url, str(run / "checkpoints"), training_config, where.get("training")
+            )
+            trainer = ranks[0]
+        else:
+            trainer = rt.spawn(
+                TrainingService,
+                model,
+                url,
+                str(run / "checkpoints"),
+                training_config,
+                resources=where.get("training"),
+            )
         ray.get(trainer.version.remote())  # constructed: version 0 is in the store
         inference = [
             rt.spawn(
@@ -196,4 +287,5 @@ def start_services(
         evaluation=evaluation,
         store_url=url,
         owns_runtime=owns_runtime,
+        training_ranks=ranks,
     )

@@ -15,14 +15,15 @@ loss is `composer_model.compute_loss` (next-token cross-entropy + the config's M
 unless the caller passes its own; `train_rl(trajectories)` is the same step with the RL
 objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
 
-Data and expert parallelism (`TrainingConfig.parallel`, dp x ep; cp must be 1): every rank
-of a torchrun launch constructs the service and calls `train_rl` (or `train_step`) with the
-*same* whole batch; each rank keeps its dp share (Karmarkar-Karp on a*L + L^2), its loss
-is its share of the whole batch's (`rl_loss(..., whole=...)`), and the step's parallel
-hooks sum gradients and metrics. Rank 0 alone publishes (the full weights, expert shards
-gathered) and exports; step checkpoints are per rank (`rank-NNN/`). The Ray deployment
-(`start_services`) still runs one training process: feeding a torchrun group of training
-ranks from the orchestrator is not wired.
+Data, context and expert parallelism (`TrainingConfig.parallel`, dp x cp ranks, ep dividing
+them): every rank constructs the service inside one process group (torchrun, or the Ray
+rank actors of `composer_rl.services.launch`) and calls `train_rl` (or `train_step`) with
+the *same* whole batch; each dp rank keeps its share (Karmarkar-Karp on a*L + L^2), each cp
+rank a head-tail shard of that share (`rl_loss(..., context=...)` computes next tokens, MTP
+targets and teachers on the whole row), its loss is its share of the whole batch's
+(`rl_loss(..., whole=...)`), and the step's parallel hooks sum gradients and metrics.
+Rank 0 alone publishes (the full weights, expert shards gathered) and exports; step
+checkpoints are per rank (`rank-NNN/`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import (
     Parallel,
     ParallelDims,
+    apply_context_parallel,
     attention_cost_ratio,
     full_state_dict,
     parallelize,
@@ -67,7 +69,7 @@ from composer_parallel import (
     sharded_loss,
 )
 from composer_rl.rl.batch import Trajectory, pack
-from composer_rl.rl.trainer import RLLossConfig, global_batch_of, rl_loss
+from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.stages.config import ParallelConfig
 
@@ -109,8 +111,8 @@ class TrainingConfig(BaseModel):
     )
     parallel: ParallelConfig = Field(
         default_factory=ParallelConfig,
-        description="dp x ep under torchrun (cp must be 1: RL log-probabilities and router "
-        "replay need whole sequences on a rank)",
+        description="dp x cp ranks (ep dividing them) joined in one process group: torchrun, "
+        "or the Ray rank actors of start_services",
     )
 
 
@@ -142,6 +144,17 @@ class TrainingService:
         if self.config.reference:
             self.reference = build_model(model, seed=self.config.seed).eval()
             self.reference.requires_grad_(False)
+        self.rl_context: RLContext | None = None
+        if self.parallel is not None and self.parallel.context is not None:
+            assert self.parallel.meshes is not None
+            reference_context = (
+                apply_context_parallel(
+                    self.reference, self.parallel.meshes.cp_group, self.config.parallel.cp_mode
+                )
+                if self.reference is not None
+                else None
+            )
+            self.rl_context = RLContext(self.parallel.context, reference_context)
         self.step = 0
         self.policy_version = 0
         self.loop_state: dict[str, Any] = {}
@@ -292,7 +305,14 @@ class TrainingService:
                 [trajectories[i] for i in self._dp_share([len(t.tokens) for t in trajectories])]
             )
             stats = self._optimize(
-                lambda: rl_loss(self.model, mine, self.config.rl, self.reference, whole=whole)
+                lambda: rl_loss(
+                    self.model,
+                    mine,
+                    self.config.rl,
+                    self.reference,
+                    whole=whole,
+                    context=self.rl_context,
+                )
             )
         stats["tokens"] = batch.num_tokens
         stats["sequences"] = batch.num_sequences
@@ -379,18 +399,16 @@ def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | Non
     """None in one process; else the model parallelized over this torchrun rank's groups."""
     if config.world_size == 1:
         return None
-    if config.cp > 1:
-        raise ValueError(
-            "the training service runs dp x ep only (--cp 1): the RL log-probabilities, the "
-            "router replay and the MTP term need whole sequences on a rank"
-        )
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world != config.world_size:
         raise ValueError(
-            f"dp={config.dp} needs {config.world_size} processes joined in a process group "
-            f"(torchrun; composer_parallel.init_distributed()); this process sees {world}"
+            f"dp={config.dp} x cp={config.cp} needs {config.world_size} processes joined in a "
+            "process group (torchrun and composer_parallel.init_distributed(), or the Ray rank "
+            f"actors of start_services); this process sees {world}"
         )
-    return parallelize(model, ParallelDims(dp=config.dp, cp=1, ep=config.ep))
+    return parallelize(
+        model, ParallelDims(dp=config.dp, cp=config.cp, ep=config.ep), cp_mode=config.cp_mode
+    )
 
 
 def _next_token_loss(
