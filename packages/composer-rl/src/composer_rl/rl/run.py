@@ -286,9 +286,7 @@ class PeriodicEvaluation:
         self.log = log
         self.runner = runner_config(config)
         self.tasks = (
-            sample_tasks(
-                collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=0
-            )
+            sample_tasks(collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=0)
             if self.every
             else []
         )
