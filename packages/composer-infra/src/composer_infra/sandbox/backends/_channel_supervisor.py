@@ -6,28 +6,36 @@ sandbox. It is stdlib only and runs as root inside bwrap's namespaces (root on t
 host side means real root with capabilities inside the mount, pid, net, ipc and uts
 namespaces bwrap made), so it can give each command what one bwrap per command gave:
 
-- a pid namespace of its own (`unshare(CLONE_NEWPID)` in a helper, whose first child
-  is the namespace's init): when the command's shell exits, init exits, and the kernel
-  kills every process left in the namespace (daemons that called setsid included)
-  before the supervisor can reap init; only then is the result sent, so "every
-  process the command started is gone on return" holds as before;
+- a pid namespace of its own, whose init (a fork of this process) starts the command
+  as pid 2: when the command's shell exits, init exits, and the kernel kills every
+  process left in the namespace (daemons that called setsid included) before the
+  supervisor can reap init; only then is the result sent, so "every process the
+  command started is gone on return" holds as before;
 - a mount namespace of its own with a fresh /proc (the command sees only its own
   processes, not the supervisor) and a fresh size-limited /tmp (nothing a command
   leaves in /tmp reaches the next one, as with one bwrap per command);
 - its own session, stdin from /dev/null, stdout and stderr the host's pipe (received
-  with SCM_RIGHTS), rlimits, then the sandbox uid with no capabilities (bounding set
+  with SCM_RIGHTS), rlimits, the sandbox uid with no capabilities (bounding set
   emptied), no supplementary groups and no-new-privs, then `/bin/sh -c command`.
+
+What makes it cheap: the next command's init is made ahead (fork, namespaces,
+mounts, limits, uid), right after the previous command was handed over, and waits
+for its command; a request is then one socket message to it and a `posix_spawn` of
+the shell. A command's mount namespace is held open by the supervisor until its
+reply is sent and then dropped by a helper process (`release`), so the unmounts and
+their RCU grace period are paid by nobody who waits.
 
 Protocol (unix SOCK_SEQPACKET, the control socket passed in by fd number): a request
 is one message, JSON `{"command": str}` with two descriptors, the write end of the
 output pipe and one end of a fresh per-command socket pair. The reply is one message
-on that per-command socket, JSON `{"exit_code": int | null}` or `{"error": str}`,
-sent after the command's namespace is gone, with a `trace` of CLOCK_MONOTONIC times
-(request received, handed to the waiting init, next init prepared, init reaped) the
-host uses to say where a command's time goes. Anything the host sends on the
-per-command socket, or its closing, kills the command's namespace (timeouts and
-output caps are the host's). The control socket closing (the host closed the sandbox
-or died) kills every running command and ends the supervisor, and with it bwrap.
+on that per-command socket, JSON `{"exit_code": int | null, "trace": {...}}` or
+`{"error": str}`, sent after the command's namespace is gone; the trace holds
+CLOCK_MONOTONIC times (request received, handed to the waiting init, next init
+prepared, init reaped) the host uses to say where a command's time goes. Anything the
+host sends on the per-command socket, or its closing, kills the command's namespace
+(timeouts and output caps are the host's). The control socket closing (the host closed
+the sandbox or died) kills every running command and ends the supervisor, and with it
+bwrap.
 """
 
 from __future__ import annotations
@@ -225,7 +233,9 @@ class Supervisor:
         signal.set_wakeup_fd(wake_write)
         self.selector.register(wake_read, selectors.EVENT_READ, "child")
         self.running: dict[int, socket.socket] = {}  # init pid -> reply socket
-        self.trace: dict[int, dict[str, float]] = {}  # init pid -> when what happened
+        self.trace: dict[int, dict[str, float]] = {}
+        self.held: dict[int, int] = {}  # init pid -> its mount namespace, held open
+        self.closer: tuple[int, socket.socket] | None = None  # init pid -> when what happened
         self.ready: tuple[int, socket.socket] | None = None  # a prepared init, its link
         self.pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.mount_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -254,6 +264,8 @@ class Supervisor:
                 _check(_libc.setns(self.mount_ns, CLONE_NEWNS), "setns mnt")
         link.close()
         self.ready = (init, ours)
+        with contextlib.suppress(OSError):
+            self.held[init] = os.open(f"/proc/{init}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
     def request(self) -> bool:
         """Take one request off the control socket; False when the host has gone."""
@@ -318,23 +330,67 @@ class Supervisor:
                 return
             if pid == 0:
                 return
+            if self.closer is not None and self.closer[0] == pid:
+                self.closer[1].close()
+                self.closer = None
             if self.ready is not None and self.ready[0] == pid:
                 self.ready[1].close()  # a prepared init died (killed under memory pressure)
                 self.ready = None
             reply = self.running.pop(pid, None)
-            if reply is None:
-                continue
-            with contextlib.suppress(KeyError):
-                self.selector.unregister(reply)
-            code = os.waitstatus_to_exitcode(status)
-            trace = {**self.trace.pop(pid, {}), "reaped": time.monotonic()}
-            self.send(reply, {"exit_code": code if code >= 0 else None, "trace": trace})
+            if reply is not None:
+                with contextlib.suppress(KeyError):
+                    self.selector.unregister(reply)
+                code = os.waitstatus_to_exitcode(status)
+                trace = {**self.trace.pop(pid, {}), "reaped": time.monotonic()}
+                self.send(reply, {"exit_code": code if code >= 0 else None, "trace": trace})
+            held = self.held.pop(pid, None)
+            if held is not None:
+                self.release(held)
+
+    def start_closer(self) -> None:
+        """A child that closes the mount namespaces the supervisor held (see `release`)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            os.closerange(3, theirs.fileno())
+            os.closerange(theirs.fileno() + 1, 1 << 16)
+            _reset_signals()
+            while True:
+                try:
+                    message, fds, _, _ = socket.recv_fds(theirs, 16, 64)
+                except OSError:
+                    os._exit(0)
+                if not message:
+                    os._exit(0)
+                for fd in fds:
+                    os.close(fd)  # the last reference: the unmounts happen here
+        theirs.close()
+        self.closer = (pid, ours)
+
+    def release(self, fd: int) -> None:
+        """Drop a held mount namespace in the closer, not here.
+
+        Freeing a mount namespace unmounts its mounts and waits for an RCU grace
+        period (milliseconds on a loaded machine). Inside the command's init's exit
+        that wait came before the supervisor could reap it and reply; holding the
+        namespace until after the reply, and dropping it in another process, takes
+        it off the command's path and off the next request's.
+        """
+        if self.closer is not None:
+            try:
+                socket.send_fds(self.closer[1], [b"c"], [fd])
+            except OSError:
+                self.closer = None
+        os.close(fd)
 
     def kill(self, init: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(init, signal.SIGKILL)  # init's death ends the whole namespace
 
     def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            self.start_closer()
         with contextlib.suppress(OSError):
             self.prepare()
         while True:
@@ -355,6 +411,8 @@ class Supervisor:
                     # The reply still goes out once the namespace is reaped.
 
     def shutdown(self) -> None:
+        if self.closer is not None:
+            self.closer[1].close()  # it exits on EOF
         if self.ready is not None:
             self.kill(self.ready[0])
         for init in list(self.running):
