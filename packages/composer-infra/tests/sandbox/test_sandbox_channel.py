@@ -81,7 +81,8 @@ def test_one_bwrap_serves_every_command(make_sandbox: MakeSandbox) -> None:
 
 
 def test_each_command_starts_clean(make_sandbox: MakeSandbox) -> None:
-    """Fresh /tmp, own pid namespace (pid 2, nothing else of the sandbox visible), no caps."""
+    """Fresh /tmp, own pid namespace (pid 2, nothing else of the sandbox visible), no caps,
+    no descriptor of the supervisor's."""
     sandbox = make_sandbox("bwrap")
     assert sandbox.run("echo left > /tmp/note && sleep 60 &").ok
     probe = sandbox.run(
@@ -97,6 +98,8 @@ def test_each_command_starts_clean(make_sandbox: MakeSandbox) -> None:
     assert int(lines[-3]) == sandbox.runtime.owner[0]  # type: ignore[index]
     assert lines[-2] == "1777"
     assert lines[-1] == str(TEST_CONFIG.limits.cpu_seconds)
+    # Only stdin, stdout and stderr reach the command (and `ls` its own directory fd).
+    assert sandbox.run("ls /proc/self/fd").output.split() == ["0", "1", "2", "3"]
 
 
 def test_concurrent_commands_keep_their_output(make_sandbox: MakeSandbox) -> None:

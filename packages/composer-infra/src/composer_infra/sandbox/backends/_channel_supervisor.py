@@ -175,6 +175,7 @@ def _init(config: dict, link: socket.socket) -> None:
         if not message or len(fds) != 1:
             os._exit(0)  # the supervisor is shutting down
         out_fd = fds[0]
+        os.set_inheritable(out_fd, False)  # the shell gets it as 1 and 2 only
         command = json.loads(message)["command"]
     except BaseException as error:  # reported when the command arrives
         _report_failure(link, error)
