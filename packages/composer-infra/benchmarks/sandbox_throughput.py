@@ -117,11 +117,10 @@ def measure_backend(
 
 CHANNEL_STEPS = (
     ("host: pipe, socket pair, sendmsg", "start", "sent"),
-    ("supervisor wakes, reads the request", "sent", "received"),
-    ("hand-over to the prepared init", "received", "forwarded"),
-    ("command: sh runs, init reaps, namespace ends, supervisor reaps", "forwarded", "reaped"),
-    ("  of which the next namespace is prepared (overlaps)", "forwarded", "prepared"),
-    ("reply reaches the host", "reaped", "replied"),
+    ("supervisor wakes, reads, hands over to the prepared init", "sent", "received"),
+    ("the prepared init wakes with the command", "received", "started"),
+    ("init: posix_spawn sh, sh runs and exits, init wakes", "started", "ended"),
+    ("init exits, namespace emptied, host wakes on the pidfd", "ended", "replied"),
     ("host: output EOF, result", "replied", "done"),
 )
 

@@ -60,6 +60,7 @@ MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -171,12 +172,21 @@ def _init(config: dict, link: socket.socket) -> None:
             extra = 1 if name == "RLIMIT_NPROC" else 0
             resource.setrlimit(getattr(resource, name), (value + extra, value + extra))
         _drop_privileges(config["uid"], config["gid"], config["last_cap"])
-        message, fds, _, _ = socket.recv_fds(link, 1 << 20, 1)
-        if not message or len(fds) != 1:
+        # Die with the supervisor (bwrap's own init outlives it while any process is
+        # left, so nothing else would end a running command). After the uid change,
+        # which clears the setting; had the supervisor died before this line, the
+        # recv below sees its end closed and we leave.
+        _check(_prctl(PR_SET_PDEATHSIG, signal.SIGKILL), "pdeathsig")
+        message, fds, _, _ = socket.recv_fds(link, 1 << 20, 2)
+        if not message or len(fds) != 2:
             os._exit(0)  # the supervisor is shutting down
-        out_fd = fds[0]
-        os.set_inheritable(out_fd, False)  # the shell gets it as 1 and 2 only
-        command = json.loads(message)["command"]
+        out_fd, reply_fd = fds
+        for fd in fds:
+            os.set_inheritable(fd, False)  # the shell gets the output as 1 and 2 only
+        reply = socket.socket(fileno=reply_fd)
+        request = json.loads(message)
+        command = request["command"]
+        trace = {"received": request.get("received", 0.0), "started": time.monotonic()}
     except BaseException as error:  # reported when the command arrives
         _report_failure(link, error)
         os._exit(code)
@@ -197,20 +207,29 @@ def _init(config: dict, link: socket.socket) -> None:
     except BaseException as error:  # EAGAIN under RLIMIT_NPROC, say
         os.write(out_fd, f"sandbox: could not start the command: {error}\n".encode())
         os._exit(code)
+    trace["spawned"] = time.monotonic()
     os.close(out_fd)
     while True:
         pid, status = os.wait()
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
-            os._exit(128 - code if code < 0 else code)
+            code = 128 - code if code < 0 else code
+            # Straight to the host, which learns our pid from the message's credentials
+            # and waits on a pidfd for our exit (the namespace emptied): one wake-up
+            # fewer than the supervisor reaping us and replying. The supervisor's own
+            # reply still comes, for when we die before this is sent.
+            with contextlib.suppress(OSError):
+                trace["ended"] = time.monotonic()
+                reply.send(json.dumps({"init_exit_code": code, "trace": trace}).encode())
+            os._exit(code)
 
 
 def _report_failure(link: socket.socket, error: BaseException) -> None:
     """Init could not be set up: say so on the output of the command it was made for."""
     with contextlib.suppress(BaseException):
-        _, fds, _, _ = socket.recv_fds(link, 1 << 20, 1)
-        for fd in fds:
-            os.write(fd, f"sandbox: could not start the command: {error}\n".encode())
+        _, fds, _, _ = socket.recv_fds(link, 1 << 20, 2)
+        if fds:
+            os.write(fds[0], f"sandbox: could not start the command: {error}\n".encode())
 
 
 class Supervisor:
@@ -293,7 +312,8 @@ class Supervisor:
             assert self.ready is not None
             init, link = self.ready
             self.ready = None
-            socket.send_fds(link, [message], [out_fd])
+            request = json.dumps({**json.loads(message), "received": received}).encode()
+            socket.send_fds(link, [request], [out_fd, reply_fd])
             link.close()
         except Exception as error:  # a fork refused by pids.max, say
             self.send(reply, {"error": str(error)})

@@ -30,6 +30,7 @@ import select
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -39,6 +40,8 @@ from typing import Any
 
 from composer_infra.sandbox.results import CommandResult
 
+CREDENTIALS = struct.Struct("iII")
+"""struct ucred: pid, uid, gid."""
 SUPERVISOR_SOURCE = (Path(__file__).with_name("_channel_supervisor.py")).read_text()
 REPLY_WAIT = 10.0
 """Seconds to wait for the supervisor's reply after asking it to kill a command."""
@@ -68,9 +71,9 @@ class ExecChannel:
         self._info_read: int | None = None
         self._init_pid: int | None = None
         self.last_trace: dict[str, float] = {}
-        """CLOCK_MONOTONIC times of the last command's steps (host and supervisor), for
-        the benchmark's breakdown: start, sent, received, forwarded, prepared, reaped,
-        replied, done."""
+        """CLOCK_MONOTONIC times of the last command's steps, for the benchmark's
+        breakdown: start, sent (host), received (supervisor), started, ended (the
+        command's init), replied (init gone), done (host)."""
 
     # -- lifetime -----------------------------------------------------------------------
 
@@ -199,6 +202,9 @@ class ExecChannel:
         deadline = start + timeout
         out_read, out_write = os.pipe()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The command's init writes its status here before it exits; the credentials
+        # the kernel attaches give its pid in our namespace (see `_on_reply`).
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         trace = {"start": start}
         try:
             self._send(command, out_write, theirs)
@@ -213,7 +219,9 @@ class ExecChannel:
         kept = bytearray()
         total = 0
         timed_out = killed_for_output = False
-        reply: dict[str, Any] | None = None
+        reply: dict[str, Any] | None = None  # set once the command's namespace is gone
+        init_status: dict[str, Any] | None = None
+        pidfd: int | None = None
         output_open = True
         try:
             with selectors.DefaultSelector() as selector:
@@ -225,10 +233,34 @@ class ExecChannel:
                         timed_out = True
                         break
                     for key, _ in selector.select(timeout=remaining):
+                        if key.data == "pidfd":
+                            # init has exited: the kernel emptied its namespace first.
+                            with suppress(KeyError):
+                                selector.unregister(key.fileobj)
+                            if reply is None:
+                                reply = init_status
+                                trace["replied"] = time.monotonic()
+                            continue
                         if key.data == "reply":
-                            reply = self._read_reply(mine)
-                            trace["replied"] = time.monotonic()
-                            selector.unregister(mine)
+                            message, pid = self._read_message(mine)
+                            if "init_exit_code" in message and pidfd is None:
+                                init_status = {
+                                    "exit_code": message["init_exit_code"],
+                                    "trace": message.get("trace", {}),
+                                }
+                                pidfd = _pidfd(pid)
+                                if pidfd is None:  # already gone (and reaped)
+                                    reply = init_status
+                                    trace["replied"] = time.monotonic()
+                                else:
+                                    selector.register(pidfd, selectors.EVENT_READ, "pidfd")
+                            elif "init_exit_code" not in message and reply is None:
+                                reply = message  # the supervisor reaped init
+                                trace["replied"] = time.monotonic()
+                                selector.unregister(mine)
+                                if pidfd is not None:
+                                    with suppress(KeyError):
+                                        selector.unregister(pidfd)
                             continue
                         chunk = os.read(out_read, 1 << 16)
                         if not chunk:
@@ -247,7 +279,10 @@ class ExecChannel:
                     mine.shutdown(socket.SHUT_WR)  # the supervisor kills the command
                 mine.settimeout(REPLY_WAIT)
                 try:
-                    reply = self._read_reply(mine)
+                    while reply is None:  # its reply comes once the namespace is reaped
+                        message, _ = self._read_message(mine)
+                        if "init_exit_code" not in message:
+                            reply = message
                 except (TimeoutError, ChannelBroken):
                     reply = {"error": "no reply"}
                     self.stop(force=True)
@@ -257,6 +292,8 @@ class ExecChannel:
         finally:
             os.close(out_read)
             mine.close()
+            if pidfd is not None:
+                os.close(pidfd)
         text = kept.decode("utf-8", errors="replace")
         if total > len(kept):
             text += f"\n[output truncated: {total} bytes, showing the first {len(kept)}]"
@@ -281,14 +318,29 @@ class ExecChannel:
         )
 
     @staticmethod
-    def _read_reply(sock: socket.socket) -> dict[str, Any]:
+    def _read_message(sock: socket.socket) -> tuple[dict[str, Any], int]:
+        """One message on a command's socket and the sender's pid (in our namespace)."""
         try:
-            data = sock.recv(1 << 16)
+            data, ancillary, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(CREDENTIALS.size))
         except TimeoutError:
             raise
         except OSError as error:
             raise ChannelBroken(f"the command's socket failed: {error}") from error
         if not data:
             raise ChannelBroken("the supervisor closed the command's socket without a reply")
-        reply: dict[str, Any] = json.loads(data)
-        return reply
+        pid = 0
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = CREDENTIALS.unpack(payload[: CREDENTIALS.size])[0]
+        message: dict[str, Any] = json.loads(data)
+        return message, pid
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of `pid`, or None when it is gone (its namespace is gone with it)."""
+    if pid <= 0:
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
