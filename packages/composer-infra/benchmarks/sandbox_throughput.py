@@ -15,10 +15,9 @@ A second table compares one command's latency on the bwrap exec channel (`bwrap`
 long-lived bwrap per sandbox) with one bwrap per command (`bwrap-per-command`) and the
 plain `subprocess.run` peer, interleaved round by round in the same run (so machine
 load hits all three alike), and breaks the channel's time down by step from the
-timestamps the host and the in-sandbox supervisor record (`ExecChannel.last_trace`),
-next to two floors measured in the same run: a `posix_spawn` of `sh -c true` (what the
-command itself costs) and a fork of a Python process (what preparing the next
-command's namespace costs, off the command's path when commands are apart).
+timestamps the host, the in-sandbox supervisor and the command's init record
+(`ExecChannel.last_trace`), next to a floor measured in the same run: a `posix_spawn`
+of `sh -c true` from this process (what starting the shell costs when warm).
 """
 
 from __future__ import annotations
@@ -119,17 +118,11 @@ CHANNEL_STEPS = (
     ("host: pipe, socket pair, sendmsg", "start", "sent"),
     ("supervisor wakes, reads, hands over to the prepared init", "sent", "received"),
     ("the prepared init wakes with the command", "received", "started"),
-    ("init: posix_spawn sh, sh runs and exits, init wakes", "started", "ended"),
+    ("init: posix_spawn of sh returns", "started", "spawned"),
+    ("sh runs and exits, init wakes", "spawned", "ended"),
     ("init exits, namespace emptied, host wakes on the pidfd", "ended", "replied"),
     ("host: output EOF, result", "replied", "done"),
 )
-
-
-def _python_fork() -> None:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
 
 
 def _spawn_sh() -> None:
@@ -158,7 +151,6 @@ def channel_breakdown(work: Path, rounds: int, console: Console) -> None:
             "channel, Sandbox.run (tool call)": lambda: channel_box.run(COMMAND),
             "one bwrap per command, Runtime.run": lambda: per_command.run(COMMAND, timeout=60),
             "floor: posix_spawn sh -c true": _spawn_sh,
-            "floor: fork of a Python process": _python_fork,
         }
         times: dict[str, list[float]] = {name: [] for name in actions}
         steps: dict[str, list[float]] = {name: [] for name, _, _ in CHANNEL_STEPS}
