@@ -1,6 +1,9 @@
-"""The default backend: bubblewrap namespaces around each command.
+"""The default backend: bubblewrap namespaces around the sandbox's commands.
 
-Each `run` is one `bwrap` invocation:
+When we are root, `bwrap` starts once per sandbox and each `run` goes through the
+exec channel into it (`channel.py`, `_channel_supervisor.py`), which gives every
+command a pid and mount namespace of its own inside the same sandbox; otherwise, and
+with the `bwrap-per-command` backend, each `run` is one `bwrap` invocation. Either way:
 
 - new network, pid, ipc, uts (and cgroup) namespaces: no network at all, only the
   loopback device, down; the command cannot see or signal host processes;
@@ -9,12 +12,13 @@ Each `run` is one `bwrap` invocation:
   /dev and a size-limited /tmp; the workspace is the only writable host directory
   and nothing else of the host (home, run directory, other workspaces) exists;
 - a clean environment (`--clearenv`);
-- rlimits set by `prlimit`, then, when we are root, `setpriv` drops to the sandbox's
-  own unprivileged uid with no capabilities and no-new-privs (so RLIMIT_NPROC holds);
-- `--die-with-parent` and the pid namespace: when the command ends or is killed,
-  the namespace's init dies and the kernel kills every process left in it,
-  including daemons that called setsid, whatever they are named and however fast
-  they fork; `run` returns only once the namespace is gone;
+- rlimits (`prlimit`, or the channel's `setrlimit`), then, when we are root, the
+  sandbox's own unprivileged uid with no capabilities and no-new-privs (`setpriv`,
+  or the channel doing the same), so RLIMIT_NPROC holds;
+- a pid namespace per command (bwrap's with `--die-with-parent`, or the channel's):
+  when the command ends or is killed, the namespace's init dies and the kernel kills
+  every process left in it, including daemons that called setsid, whatever they are
+  named and however fast they fork; `run` returns only once the namespace is gone;
 - where the host gives us cgroups (`cgroups.py`), every command of the sandbox runs
   in the sandbox's cgroup: a memory and a pids limit on all its processes together;
 - grading (`grade`) gets a directory of its own, bound at /composer-grading for the
