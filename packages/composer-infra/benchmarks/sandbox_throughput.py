@@ -10,11 +10,20 @@ same thread pool running plain subprocesses.
 
     uv run python packages/composer-infra/benchmarks/sandbox_throughput.py
     uv run python packages/composer-infra/benchmarks/sandbox_throughput.py --backends bwrap --repeats 5
+
+A second table compares one command's latency on the bwrap exec channel (`bwrap`, one
+long-lived bwrap per sandbox) with one bwrap per command (`bwrap-per-command`) and the
+plain `subprocess.run` peer, interleaved round by round in the same run (so machine
+load hits all three alike), and breaks the channel's time down by step from the
+timestamps the host, the in-sandbox supervisor and the command's init record
+(`ExecChannel.last_trace`), next to a floor measured in the same run: a `posix_spawn`
+of `sh -c true` from this process (what starting the shell costs when warm).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -105,9 +114,86 @@ def measure_backend(
     return result
 
 
+CHANNEL_STEPS = (
+    ("host: pipe, socket pair, sendmsg", "start", "sent"),
+    ("supervisor wakes, reads, hands over to the prepared init", "sent", "received"),
+    ("the prepared init wakes with the command", "received", "started"),
+    ("init: posix_spawn of sh returns", "started", "spawned"),
+    ("sh runs and exits, init wakes", "spawned", "ended"),
+    ("init exits, namespace emptied, host wakes on the pidfd", "ended", "replied"),
+    ("host: output EOF, result", "replied", "done"),
+)
+
+
+def _spawn_sh() -> None:
+    pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", COMMAND], {})
+    os.waitpid(pid, 0)
+
+
+def channel_breakdown(work: Path, rounds: int, console: Console) -> None:
+    """Interleaved per-command latency: subprocess.run, the channel, one bwrap per command."""
+    from composer_infra.sandbox.backends.bwrap import BwrapRuntime
+
+    channel_box = Sandbox.create(TASK, "bwrap", work_dir=work)
+    per_command_box = Sandbox.create(TASK, "bwrap-per-command", work_dir=work)
+    try:
+        runtime = channel_box.runtime
+        if not isinstance(runtime, BwrapRuntime) or runtime.channel is None:
+            console.print("[yellow]the bwrap channel is not in use here (not root?)")
+            return
+        channel = runtime.channel
+        per_command = per_command_box.runtime
+        for box in (channel_box, per_command_box):
+            box.run(COMMAND)  # the channel's first command waits for its startup
+        actions: dict[str, Callable[[], object]] = {
+            "subprocess.run (peer)": lambda: subprocess.run(["/bin/sh", "-c", COMMAND]),
+            "channel, Runtime.run": lambda: runtime.run(COMMAND, timeout=60),
+            "channel, Sandbox.run (tool call)": lambda: channel_box.run(COMMAND),
+            "one bwrap per command, Runtime.run": lambda: per_command.run(COMMAND, timeout=60),
+            "floor: posix_spawn sh -c true": _spawn_sh,
+        }
+        times: dict[str, list[float]] = {name: [] for name in actions}
+        steps: dict[str, list[float]] = {name: [] for name, _, _ in CHANNEL_STEPS}
+        for _ in range(rounds):
+            for name, action in actions.items():
+                start = time.perf_counter()
+                action()
+                times[name].append(time.perf_counter() - start)
+                if name == "channel, Runtime.run":
+                    trace = channel.last_trace
+                    for step, begin, end in CHANNEL_STEPS:
+                        steps[step].append(trace[end] - trace[begin])
+    finally:
+        channel_box.close()
+        per_command_box.close()
+    peer = statistics.median(times["subprocess.run (peer)"])
+    table = Table(
+        title=f"one `{COMMAND}` command, median of {rounds} interleaved rounds "
+        f"(x = multiple of subprocess.run); load average {os.getloadavg()[0]:.1f}"
+    )
+    table.add_column("path")
+    table.add_column("ms", justify="right")
+    table.add_column("x subprocess.run", justify="right")
+    for name, values in times.items():
+        median = statistics.median(values)
+        table.add_row(name, f"{median * 1e3:.2f}", f"{median / peer:.2f}")
+    console.print(table)
+    breakdown = Table(title="where the channel's time goes (medians of each step, same rounds)")
+    breakdown.add_column("step")
+    breakdown.add_column("ms", justify="right")
+    for step, values in steps.items():
+        breakdown.add_row(step, f"{statistics.median(values) * 1e3:.2f}")
+    console.print(breakdown)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", nargs="*", default=["bwrap", "gvisor", "process"])
+    parser.add_argument(
+        "--backends", nargs="*", default=["bwrap", "bwrap-per-command", "gvisor", "process"]
+    )
+    parser.add_argument(
+        "--channel-rounds", type=int, default=200, help="rounds of the per-command table (0: skip)"
+    )
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--pool", type=int, default=8, help="sandboxes in the pool")
     parser.add_argument("--calls", type=int, default=200, help="commands for the rate")
@@ -170,6 +256,9 @@ def main() -> None:
         rate = row["commands_per_s"]
         table.add_row(name, *cells, f"{rate:.0f} ({rate / baseline_rate:.2f})")
     console.print(table)
+    if args.channel_rounds and "bwrap" in backends:
+        with tempfile.TemporaryDirectory(prefix="composer-bench-") as tmp:
+            channel_breakdown(Path(tmp), args.channel_rounds, console)
 
 
 if __name__ == "__main__":

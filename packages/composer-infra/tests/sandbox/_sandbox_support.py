@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from composer_infra.sandbox import ResourceLimits, SandboxConfig, Task, default_registry
 
-BACKENDS = ("bwrap", "gvisor", "process")
+BACKENDS = ("bwrap", "bwrap-per-command", "gvisor", "process")
 
 # Small limits: a fork bomb or a memory hog must be over in seconds.
 TEST_CONFIG = SandboxConfig(

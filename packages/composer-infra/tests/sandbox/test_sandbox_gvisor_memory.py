@@ -104,3 +104,30 @@ def test_fork_of_a_running_sandbox(make_sandbox: MakeSandbox) -> None:
         assert lines(original)
     finally:
         fork.close()
+
+
+def test_init_reaps_orphans_and_survives_a_restore(
+    make_sandbox: MakeSandbox, tmp_path: Path
+) -> None:
+    """The container's init (a shell around `sleep`, not Python) reaps reparented orphans
+    before and after a checkpoint: zombies would hold RLIMIT_NPROC slots for good."""
+    sandbox = make_sandbox("gvisor")
+    sandbox.start_background("for i in 1 2 3 4 5 6; do sh -c 'sleep 0.1 &'; done; sleep 300")
+    count_zombies = (
+        'python3 -c "import os\n'
+        "n = 0\n"
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        n += open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+        "print('zombies', n)\""
+    )
+    time.sleep(2)
+    assert sandbox.run(count_zombies).output.strip() == "zombies 0"
+    store = SnapshotStore(tmp_path / "store")
+    restored = Sandbox.restore(sandbox.snapshot(store), store, work_dir=tmp_path)
+    try:
+        restored.start_background("for i in 1 2 3 4 5 6; do sh -c 'sleep 0.1 &'; done")
+        time.sleep(2)
+        assert restored.run(count_zombies).output.strip() == "zombies 0"
+    finally:
+        restored.close()

@@ -1,1 +1,2 @@
-"""The built-in sandbox backends: bwrap (default), gvisor and process."""
+"""The built-in sandbox backends: bwrap (default, with an exec channel), bwrap-per-command,
+gvisor and process."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from composer_infra.sandbox.backend import SandboxBackend
-from composer_infra.sandbox.backends.bwrap import BwrapBackend
+from composer_infra.sandbox.backends.bwrap import BwrapBackend, BwrapPerCommandBackend
 from composer_infra.sandbox.backends.gvisor import GVisorBackend
 from composer_infra.sandbox.backends.process import ProcessBackend
 from composer_infra.sandbox.hookspecs import hookimpl
@@ -11,4 +11,4 @@ from composer_infra.sandbox.hookspecs import hookimpl
 
 @hookimpl
 def composer_sandbox_backends() -> list[SandboxBackend]:
-    return [BwrapBackend(), GVisorBackend(), ProcessBackend()]
+    return [BwrapBackend(), BwrapPerCommandBackend(), GVisorBackend(), ProcessBackend()]

