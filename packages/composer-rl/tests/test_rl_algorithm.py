@@ -156,3 +156,20 @@ def test_staleness_bound_counts_queue_time() -> None:
     # The same group is fresh at an earlier trainer version: lag is measured now.
     fresh, stale = take_fresh(deque([group("b", 1)]), version=4, wanted=1, max_off_policy_steps=3)
     assert [g.group_id for g in fresh] == ["b"] and not stale
+
+
+def test_a_slow_trainer_pauses_generation_instead_of_queueing_stale_groups() -> None:
+    from composer_rl.rl.orchestrator import OrchestratorConfig, wants_more_groups
+
+    config = OrchestratorConfig(max_groups_in_flight=3, groups_per_step=2)
+    assert wants_more_groups(config, open_=2, ready=0, training=True)
+    assert not wants_more_groups(config, open_=3, ready=0, training=True)  # slots full
+    # One batch may wait beyond the slots; more would only age in the queue.
+    assert wants_more_groups(config, open_=2, ready=2, training=True)
+    assert not wants_more_groups(config, open_=2, ready=3, training=True)
+    assert not wants_more_groups(config, open_=0, ready=5, training=True)
+    # Synchronous: one batch, and nothing while the trainer works.
+    sync = OrchestratorConfig(max_groups_in_flight=3, groups_per_step=2, sync=True)
+    assert wants_more_groups(sync, open_=1, ready=0, training=False)
+    assert not wants_more_groups(sync, open_=1, ready=1, training=False)
+    assert not wants_more_groups(sync, open_=0, ready=0, training=True)

@@ -69,7 +69,11 @@ class OrchestratorConfig(BaseModel):
     group_size: int = Field(default=8, ge=2, description="G episodes per prompt (fixed)")
     groups_per_step: int = Field(default=2, ge=1, description="groups in one trained batch")
     max_groups_in_flight: int = Field(
-        default=3, ge=1, description="rollout slots, counted in groups (asynchrony headroom)"
+        default=3,
+        ge=1,
+        description="rollout slots, counted in groups (asynchrony headroom); finished groups "
+        "waiting for the trainer beyond one batch take slots too, so a slow trainer pauses "
+        "generation instead of letting groups go stale in the queue",
     )
     max_off_policy_steps: int = Field(
         default=3, ge=0, description="drop a group whose oldest token is more versions behind"
@@ -118,6 +122,25 @@ class LoopCounters:
 
 
 ScoreFn = Callable[[Any], ScoredEpisode]
+
+
+def wants_more_groups(config: OrchestratorConfig, open_: int, ready: int, training: bool) -> bool:
+    """Whether the loop may hand the rollout service another group.
+
+    Asynchronous: up to `max_groups_in_flight` groups generating, and no more than one
+    batch (`groups_per_step`) of finished groups waiting beyond them. Without that second
+    bound a trainer slower than generation lets the queue grow until its oldest groups pass
+    `max_off_policy_steps` and are dropped: measured on a loaded 2-core box, 19 of the first
+    39 groups, half the generation thrown away. Synchronous: exactly one batch, then wait.
+    """
+    if config.sync:
+        return not training and open_ + ready < config.groups_per_step
+    return (
+        open_ < config.max_groups_in_flight
+        and open_ + ready < config.max_groups_in_flight + config.groups_per_step
+    )
+
+
 """Turns one rollout result into a scored episode (rewards and monitors through the plugins)."""
 
 
@@ -290,11 +313,7 @@ class Orchestrator:
         return self.sampler.next()
 
     def _want_more(self, training: bool) -> bool:
-        c = self.config
-        if c.sync:
-            # Alternate: fill exactly one batch, then wait for the trainer.
-            return not training and len(self.open) + len(self.ready) < c.groups_per_step
-        return len(self.open) < c.max_groups_in_flight
+        return wants_more_groups(self.config, len(self.open), len(self.ready), training)
 
     def _fill(self, training: bool) -> None:
         while self._want_more(training):
@@ -504,4 +523,5 @@ __all__ = [
     "ScoredEpisode",
     "group_to_record",
     "record_to_trajectories",
+    "wants_more_groups",
 ]
