@@ -92,6 +92,10 @@ def main(args: argparse.Namespace) -> int:
         argv += ["--seed", str(args.seed)]
     if args.checkpoint:
         argv += ["--checkpoint", str(args.checkpoint)]
+    if args.out:
+        argv += ["--out", str(args.out)]
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
     if study.name == "kl-estimators" and args.run_dir_of_rl != Path("runs/rl"):
         argv += ["--run-dir-of-rl", str(args.run_dir_of_rl)]
     try:
