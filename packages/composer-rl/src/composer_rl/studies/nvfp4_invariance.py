@@ -268,6 +268,7 @@ def _figure(bits: list[dict[str, Any]], logprobs: list[dict[str, Any]]) -> Figur
     left.grid(alpha=0.3, axis="y")
     lp_contexts = list(dict.fromkeys(r["context"] for r in logprobs))
     width = 0.8 / len(EXPERT_PATHS)
+    top = LOG_FLOOR
     for i, path in enumerate(EXPERT_PATHS):
         vals = [
             max(r["max_logprob_change"], LOG_FLOOR)
@@ -277,12 +278,15 @@ def _figure(bits: list[dict[str, Any]], logprobs: list[dict[str, Any]]) -> Figur
         ]
         xs = [j + (i - 1) * width for j in range(len(lp_contexts))]
         bars = right.bar(xs, vals, width, label=f"experts: {path}")
-        right.bar_label(bars, fmt="%.2g", fontsize=7)
+        labels = ["0" if v <= LOG_FLOOR else f"{v:.1g}" for v in vals]
+        right.bar_label(bars, labels=labels, fontsize=6, rotation=90, padding=2)
+        top = max(top, *vals)
     right.set_xticks(range(len(lp_contexts)), lp_contexts, rotation=15, fontsize=7)
     right.set_yscale("log")
+    right.set_ylim(LOG_FLOOR / 3, top * 1e5)
     right.set_ylabel("max |Δ logprob| vs alone [nats] (0 drawn at 1e-10)")
     right.set_title("tiny MoE: the same sequence's logprobs, alone vs packed", fontsize=9)
-    right.legend(fontsize=8)
+    right.legend(fontsize=7, ncol=3, loc="upper center")
     right.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return fig
