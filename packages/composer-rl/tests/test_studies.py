@@ -50,6 +50,11 @@ def test_an_unimplemented_study_says_so_and_fails(
     assert not out.exists()  # no result files for a study that did not run
 
 
+def test_no_study_named_asks_for_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["study"]) == 2
+    assert "--list" in capsys.readouterr().err
+
+
 def test_an_unknown_study_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["study", "no-such-study"]) == 2
     assert "kl-estimators" in capsys.readouterr().err
