@@ -1,0 +1,165 @@
+"""`composer-rl study`: the list, the unimplemented studies, and the quick variants of the
+implemented ones through the real command, checking the files and the numbers they hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from composer_kernels import nvfp4_quantize
+from composer_rl import cli
+from composer_rl.studies import NOT_IMPLEMENTED, STUDIES, nvfp4_invariance
+from composer_rl.studies.kl_estimators import measure_pair
+
+IMPLEMENTED = {"kl-estimators", "nvfp4-invariance"}
+ALL = [
+    "cpt-vs-rl",
+    "self-summary",
+    "length-penalty",
+    "kl-estimators",
+    "router-replay",
+    "nvfp4-invariance",
+    "async",
+]
+
+
+def test_list_shows_every_study_with_its_claim_and_state(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["study", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert list(STUDIES) == ALL
+    for name, study in STUDIES.items():
+        assert name in out
+        assert study.claim in out
+    assert out.count("[ready]") == len(IMPLEMENTED)
+    assert out.count(NOT_IMPLEMENTED) == len(ALL) - len(IMPLEMENTED)
+
+
+@pytest.mark.parametrize("name", sorted(set(ALL) - IMPLEMENTED))
+def test_an_unimplemented_study_says_so_and_fails(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / name
+    assert cli.main(["study", name, "--quick", "--out", str(out)]) == 2
+    assert NOT_IMPLEMENTED in capsys.readouterr().err
+    assert not out.exists()  # no result files for a study that did not run
+
+
+def test_no_study_named_asks_for_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["study"]) == 2
+    assert "--list" in capsys.readouterr().err
+
+
+def test_an_unknown_study_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["study", "no-such-study"]) == 2
+    assert "kl-estimators" in capsys.readouterr().err
+
+
+def _quick(name: str, out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    assert cli.main(["study", name, "--quick", "--out", str(out), *extra]) == 0
+    printed = capsys.readouterr().out
+    for file in ("table.md", "plot.png", "result.json"):
+        assert (out / file).is_file(), file
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (out / "table.md").read_text()
+    assert table.strip() in printed  # the table is printed as written
+    result = json.loads((out / "result.json").read_text())
+    assert result["study"] == name and result["quick"] is True
+    assert result["verdict"] in ("held", "did not hold", "undecided")
+    assert isinstance(result["held"], bool)
+    assert result["wall_clock_s"] > 0 and result["command"].startswith(f"composer-rl study {name}")
+    assert f"**Verdict: {result['verdict']}**" in table and "Wall-clock:" in table
+    return result
+
+
+def test_nvfp4_invariance_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _quick("nvfp4-invariance", tmp_path / "nv", capsys)
+    numbers = result["numbers"]
+    bits = numbers["bits"]
+    per_token = [b for b in bits if b["mode"] == "per_token"]
+    per_tensor = [b for b in bits if b["mode"] == "per_tensor"]
+    # Per-token scaling: the same rows have the same bits in every batch.
+    assert all(b["bits_differing"] == 0 and b["codes_differing"] == 0 for b in per_token)
+    # Per-tensor: a batch that moves the amax changes them; one that does not, does not.
+    by_context = {b["context"]: b for b in per_tensor}
+    assert by_context["with one outlier token"]["bits_differing"] > 0
+    assert by_context["with louder tokens"]["block_scales_differing"] > 0
+    assert by_context["with quieter tokens"]["bits_differing"] == 0
+    change = numbers["max_logprob_change"]
+    assert change["per_tensor"] > 1000 * change["per_token"]
+    assert change["per_token"] < 1e-5  # float round-off, no FP4 code moved
+    # ...and only where the high-precision control's own round-off changed a logprob.
+    assert numbers["per_token_changes_only_where_control_does"] is True
+    assert all("changed_at" not in r for r in numbers["logprobs"])
+    assert result["held"] is True
+
+
+def test_kl_estimators_quick_with_an_rl_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "rl"
+    run.mkdir()
+    rows = [{"step": s, "kl_k1": 0.01 * s, "kl_k3": 0.012 * s} for s in range(1, 4)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = _quick("kl-estimators", tmp_path / "kl", capsys, "--run-dir-of-rl", str(run))
+    numbers = result["numbers"]
+    for name, family in numbers["families"].items():
+        # k3 is the quieter estimator near the reference and the noisier one far from it.
+        assert family["var_ratio_at_min"] < 1, name
+        assert family["k3_var_at_max"] > family["k1_var_at_max"], name
+        assert family["k3_sd_sampled_at_max"] > family["k1_sd_sampled_at_max"], name
+    for pair in numbers["pairs"]:  # the sampled k1 mean is an unbiased estimate of the KL
+        assert (
+            abs(pair["k1_mean_sampled"] - pair["kl"]) < 5 * pair["k1_var"] ** 0.5 / 4000**0.5 + 1e-9
+        )
+    assert numbers["rl_run"]["steps"] == 3 and numbers["rl_run"]["kl_k3_last"] == pytest.approx(
+        0.036
+    )
+    assert "--run-dir-of-rl" in result["command"]
+    assert result["held"] is True
+
+
+def test_kl_estimators_skips_the_run_panel_without_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _quick(
+        "kl-estimators", tmp_path / "kl", capsys, "--run-dir-of-rl", str(tmp_path / "none")
+    )
+    assert result["numbers"]["rl_run"] is None
+    assert any("panel is skipped" in note for note in result["notes"])
+
+
+def test_exact_kl_statistics_match_a_hand_computed_pair() -> None:
+    # pi = (0.5, 0.5), pi_ref = (0.25, 0.75): KL = 0.5 ln 2 + 0.5 ln(2/3).
+    logp = torch.tensor([0.5, 0.5], dtype=torch.float64).log()
+    ref = torch.tensor([0.25, 0.75], dtype=torch.float64).log()
+    stats = measure_pair("hand", 0.0, logp, ref, 2000, torch.Generator().manual_seed(0))
+    kl = 0.5 * torch.log(torch.tensor(2.0)) + 0.5 * torch.log(torch.tensor(2 / 3))
+    assert stats.kl == pytest.approx(float(kl))
+    k1 = [float(torch.log(torch.tensor(2.0))), float(torch.log(torch.tensor(2 / 3)))]
+    assert stats.k1_var == pytest.approx(0.25 * (k1[0] - k1[1]) ** 2)
+    k3 = [
+        0.5 - 1 + float(torch.log(torch.tensor(2.0))),
+        1.5 - 1 - float(torch.log(torch.tensor(1.5))),
+    ]
+    assert stats.k3_var == pytest.approx(0.25 * (k3[0] - k3[1]) ** 2)
+
+
+def test_bit_differences_count_the_changed_bits() -> None:
+    rows = torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+    alone = nvfp4_quantize(rows, scale_mode="per_tensor")
+    louder = torch.cat([rows, 100 * rows[:1]])
+    diff = nvfp4_invariance.bit_differences(
+        alone, nvfp4_quantize(louder, scale_mode="per_tensor"), torch.arange(4)
+    )
+    assert diff["rows_global_scale_differing"] == 4 and diff["bits_differing"] > 0
+    same = nvfp4_invariance.bit_differences(
+        nvfp4_quantize(rows), nvfp4_quantize(louder), torch.arange(4)
+    )
+    assert same["bits_differing"] == 0
+    assert same["bits"] == 8 * (4 * 16 + 4 * 2 + 4 * 4)  # codes, block scales, FP32 scale
