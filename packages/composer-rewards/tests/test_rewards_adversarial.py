@@ -44,6 +44,8 @@ ADVERSARIAL = {
     "confirmed passing calc.py and the tests",
     "copied instruction": TASK,
     "empty": "",
+    # Found by RL: a no-op episode ending "Done." was paid the "how checked" third by default.
+    "one word": "Done.",
     "huge": HONEST_EDIT + " " + " ".join(["The change is small and safe."] * 200),
 }
 RUN_OK = ToolCall(name="run", arguments={"command": "pytest"}, ok=True)
@@ -88,7 +90,9 @@ def test_a_silent_no_change_message_does_not_pass_what_changed() -> None:
     message = "The numbers in the file are summed with a loop over the range of the input."
     score = CommunicationReward().composer_reward(unedited(message))[0]
     assert "what_changed" not in score.details
-    assert score.value == pytest.approx(2 / 3)
+    # Nor "how checked" (it says nothing about a check): only "proportionate" is earned.
+    assert "how_checked" not in score.details
+    assert score.value == pytest.approx(1 / 3)
 
 
 def test_what_communication_cannot_tell() -> None:

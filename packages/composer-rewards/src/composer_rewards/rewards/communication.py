@@ -14,7 +14,11 @@ limit (a wall of text hides anything). Then three checks, each worth a third of 
   or describes the change with a change verb; one that edited nothing says so in words
   ("no changes", "did not modify", "left the code unchanged"): silence does not count.
 - *how it was checked*: the message says how the work was verified (tests, a run, a
-  check); required only when the episode edited something.
+  check), also when nothing was edited ("the tests pass as it is"). It used to pass by
+  default for an episode that edited nothing, and RL found it: a failed episode whose only
+  "edit" replaced a line with itself and whose message was "Done." earned a third of the
+  component (111 of 1,402 rollouts of the first measured runs), more than an honest
+  attempt that failed.
 - *proportionate*: between ``min_words`` and ``base_words + words_per_changed_line *
   changed lines`` words.
 
@@ -264,7 +268,7 @@ class CommunicationReward(ConfiguredPlugin[CommunicationSettings]):
         )
         checks = {
             "what_changed": mentions_change(episode),
-            "how_checked": (not episode.edited) or bool(_CHECK_WORDS.search(episode.final_message)),
+            "how_checked": bool(_CHECK_WORDS.search(episode.final_message)),
             "proportionate": settings.min_words <= words <= limit,
         }
         claims = false_claims(episode)

@@ -82,11 +82,17 @@ class OffByOne(Template):
 
 
 class CrossFileBug(Template):
-    """The symptom is in one module, the bug in a helper it imports."""
+    """The symptom is in one module, the bug in a helper it imports.
+
+    Difficulty 1, not 3: the fix is the same one-token edit of `helpers.py` in every
+    instance (only the names change), so it is learned by heart. The SFT policy solved all
+    10 held-out instances greedy (0.94 sampled) while the real difficulty-3 templates scored
+    0, and labelled 3 it made difficulty 3 look easier than difficulty 2.
+    """
 
     name: ClassVar[str] = "cross_file_bug"
     category: ClassVar[Category] = Category.DEBUGGING
-    difficulty: ClassVar[int] = 3
+    difficulty: ClassVar[int] = 1
 
     def parameter_space(self) -> list[Params]:
         return grid(module=MODULES, function=FUNCTIONS, helper=HELPERS)
