@@ -74,7 +74,9 @@ def test_rank_zero_future_waits_for_every_rank_and_fails_on_any() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dims", [("--dp", "2"), ("--cp", "2")], ids=["dp2-ep2", "cp2-ep2"])
+# The Ray wiring is the same for every dims (one rank actor a rank); the cp=2 RL step's
+# exactness is test_services_parallel's. One case keeps CI's time (each run is ~2 min).
+@pytest.mark.parametrize("dims", [("--dp", "2")], ids=["dp2-ep2"])
 def test_rl_command_with_a_parallel_trainer_on_ray(tmp_path: Path, dims: tuple[str, str]) -> None:
     model = tiny_checkpoint(tmp_path / "sft")
     run = tmp_path / "run"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -41,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
 
+    # Mark the run directory before anything can fail (one writer: torchrun's rank 0), so a
+    # plugin request on it is refused with the reason even when the command stops early.
+    if int(os.environ.get("RANK", "0")) == 0:
+        refuse_plugins(args.run_dir, "pretrain")
     config = stage1_config(args)
     if config.parallel.world_size > 1 and not args.skip_long_context:
         raise SystemExit(
@@ -57,8 +62,6 @@ def main(args: argparse.Namespace) -> int:
             "product is torchrun's --nproc-per-node (x nodes)"
         )
     main_rank = not distributed or _rank() == 0
-    if main_rank:
-        refuse_plugins(args.run_dir, "pretrain")
     console = Console()
     summary = run_pretrain(config, show_progress=not args.no_progress)
     if main_rank:
