@@ -87,7 +87,7 @@ def _fmt(mean: float, se: float) -> str:
 def markdown(summary: dict[str, Any], header: str) -> str:
     lines = [header, ""]
     lines.append(
-        "| rate | SFT | RL per seed (margin ± paired s.e.) | mean margin | seed spread (s.d.) "
+        "| rate | SFT | RL per seed (margin ± paired s.e.) | mean margin ± s.e. | seed spread (s.d.) "
         "| margin > spread | s.e. < margin/3 |"
     )
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
@@ -97,7 +97,8 @@ def markdown(summary: dict[str, Any], header: str) -> str:
             for seed, s in row["seeds"].items()
         )
         lines.append(
-            f"| {label} | {_fmt(*row['sft'])} | {per_seed} | {row['margin_mean']:+.3f} "
+            f"| {label} | {_fmt(*row['sft'])} | {per_seed} "
+            f"| {row['margin_mean']:+.3f} ± {row['margin_se']:.3f} "
             f"| {row['seed_spread']:.3f} | {'yes' if row['beats_spread'] else 'no'} "
             f"| {'yes' if row['se_below_third'] else 'no'} |"
         )

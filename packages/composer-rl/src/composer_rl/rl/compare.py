@@ -154,9 +154,11 @@ def seed_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> dict[str, 
         margins = [s["margin"] for s in seeds.values()]
         spread = statistics.stdev(rates) if len(rates) > 1 else math.nan
         margin = statistics.fmean(margins)
-        # The margin's standard error over tasks: one seed's paired error, averaged over the
-        # seeds (conservative: the seeds share the tasks, so their task noise does not average).
-        se = statistics.fmean(s["margin_se"] for s in seeds.values())
+        # The mean margin's standard error over tasks: the seeds share the tasks, so the unit
+        # is a task's RL-minus-SFT difference averaged over the seeds.
+        finals = [getattr(final, attribute) for final in runs.values()]
+        common = sorted(set(base).intersection(*finals))
+        _, se = mean_se(statistics.fmean(f[t] for f in finals) - base[t] for t in common)
         out[label] = {
             "sft": mean_se(base.values()),
             "seeds": seeds,
