@@ -129,3 +129,13 @@ def _torchrun(config: Path, run_dir: Path) -> None:
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def test_dims_without_a_matching_process_group_are_refused() -> None:
+    from composer_model import ComposerModel, preset
+    from composer_rl.stages.config import ParallelConfig
+
+    model = ComposerModel(preset("tiny"))
+    assert ParallelConfig().apply(model) is None  # one process: nothing to parallelize
+    with pytest.raises(ValueError, match=r"needs 4 processes.*sees 1.*nproc-per-node 4"):
+        ParallelConfig(dp=2, cp=2, ep=4).apply(model)

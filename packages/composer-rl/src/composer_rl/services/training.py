@@ -59,12 +59,9 @@ from composer_model import (
 )
 from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import (
-    Parallel,
-    ParallelDims,
     apply_context_parallel,
     attention_cost_ratio,
     full_state_dict,
-    parallelize,
     plan_global_batch,
     sharded_loss,
 )
@@ -130,7 +127,7 @@ class TrainingService:
         self.config = config or TrainingConfig()
         set_threads(self.config.threads)
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
-        self.parallel = _parallelize(self.model, self.config.parallel)
+        self.parallel = self.config.parallel.apply(self.model)
         self.optimizer = build_optimizer(self.model, self.config.optim)
         if checkpoint_dir is not None and self.parallel is not None:
             checkpoint_dir = Path(checkpoint_dir) / f"rank-{self.parallel.rank:03d}"
@@ -393,22 +390,6 @@ class TrainingService:
     def close(self) -> None:
         if self.publisher is not None:
             self.publisher.close()
-
-
-def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | None:
-    """None in one process; else the model parallelized over this torchrun rank's groups."""
-    if config.world_size == 1:
-        return None
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    if world != config.world_size:
-        raise ValueError(
-            f"dp={config.dp} x cp={config.cp} needs {config.world_size} processes joined in a "
-            "process group (torchrun and composer_parallel.init_distributed(), or the Ray rank "
-            f"actors of start_services); this process sees {world}"
-        )
-    return parallelize(
-        model, ParallelDims(dp=config.dp, cp=config.cp, ep=config.ep), cp_mode=config.cp_mode
-    )
 
 
 def _next_token_loss(

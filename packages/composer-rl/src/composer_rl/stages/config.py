@@ -13,11 +13,15 @@ optimizer configuration the stages and the training service share.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from composer_model import OptimConfig
+
+if TYPE_CHECKING:
+    from composer_model import ComposerModel
+    from composer_parallel import Parallel
 
 
 class PhaseConfig(BaseModel):
@@ -92,6 +96,29 @@ class ParallelConfig(BaseModel):
     @property
     def world_size(self) -> int:
         return self.dp * self.cp
+
+    def apply(self, model: ComposerModel) -> Parallel | None:
+        """None in one process; else `model` parallelized over this rank's process groups.
+
+        The pretraining phase and the training service both call this, so a launch whose
+        process count is not dp x cp fails the same way in either.
+        """
+        if self.world_size == 1:
+            return None
+        import torch.distributed as dist
+
+        from composer_parallel import ParallelDims, parallelize
+
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if world != self.world_size:
+            raise ValueError(
+                f"dp={self.dp} x cp={self.cp} needs {self.world_size} processes joined in a "
+                f"process group; this one sees {world} (launch with python -m "
+                f"torch.distributed.run --nproc-per-node {self.world_size} ..., or the Ray "
+                "rank actors of `composer-rl rl --dp/--cp`)"
+            )
+        dims = ParallelDims(dp=self.dp, cp=self.cp, ep=self.ep)
+        return parallelize(model, dims, cp_mode=self.cp_mode)
 
 
 class Stage1Config(BaseModel):

@@ -21,30 +21,13 @@ from typing import Any
 import torch
 
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
-from composer_parallel import Parallel, ParallelDims, full_state_dict, parallelize
-from composer_rl.stages.config import ParallelConfig, Stage1Config
+from composer_parallel import full_state_dict
+from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
-
-
-def _parallelize(model: ComposerModel, config: ParallelConfig) -> Parallel | None:
-    """None for one process; else `parallelize(model, dims)` in this torchrun rank."""
-    import torch.distributed as dist
-
-    if config.world_size == 1:
-        return None
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    if world != config.world_size:
-        raise ValueError(
-            f"--dp {config.dp} x --cp {config.cp} needs {config.world_size} processes; this run "
-            f"has {world} (launch with python -m torch.distributed.run --nproc-per-node "
-            f"{config.world_size} ...)"
-        )
-    dims = ParallelDims(dp=config.dp, cp=config.cp, ep=config.ep)
-    return parallelize(model, dims, cp_mode=config.cp_mode)
 
 
 def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
@@ -68,7 +51,7 @@ def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, 
     model = ComposerModel(preset(config.preset, vocab_size=tokenizer.vocab_size))
     parameters = model.num_parameters()
     parameters_with_mtp = model.num_parameters(include_mtp=True)
-    parallel = _parallelize(model, config.parallel)
+    parallel = config.parallel.apply(model)
     result = train_phase(
         model,
         config.pretrain,
