@@ -25,11 +25,12 @@ from composer_rl.rl.config import load_config
 from composer_rl.rl.run import run_rl
 
 
-def _quick_checkpoint(directory: Path) -> Path:
+def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:
+    """The tests' random tiny checkpoint and the settings sized for it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from _rl_helpers import tiny_checkpoint
+    from _rl_helpers import QUICK_RL_SETTINGS, tiny_checkpoint
 
-    return tiny_checkpoint(directory)
+    return tiny_checkpoint(directory), dict(QUICK_RL_SETTINGS)
 
 
 def main() -> int:
@@ -46,14 +47,7 @@ def main() -> int:
     model = args.model
     overrides: dict[str, object] = {}
     if args.quick or model is None:
-        model = _quick_checkpoint(work / "tiny")
-        overrides = {
-            "tasks.per_template": 2,
-            "rollout.max_turns": 2,
-            "rollout.max_new_tokens": 32,
-            "rollout.max_seq_len": 512,
-            "loop.drop_constant_groups": False,
-        }
+        model, overrides = _quick_run(work / "tiny")
         args.steps = min(args.steps, 3)
         args.group_size = min(args.group_size, 2)
         args.groups_per_step = 1

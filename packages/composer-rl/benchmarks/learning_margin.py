@@ -36,11 +36,12 @@ from composer_rl.rl.config import load_config
 from composer_rl.rl.run import run_rl, runner_config
 
 
-def _quick_checkpoint(directory: Path) -> Path:
+def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:
+    """The tests' random tiny checkpoint and the settings sized for it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from _rl_helpers import tiny_checkpoint
+    from _rl_helpers import QUICK_RL_SETTINGS, tiny_checkpoint
 
-    return tiny_checkpoint(directory)
+    return tiny_checkpoint(directory), dict(QUICK_RL_SETTINGS)
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -163,18 +164,9 @@ def main() -> int:
     overrides = _parse_set(args.set)
     model = args.model
     if args.quick or model is None:
-        model = _quick_checkpoint(work / "tiny")
-        overrides = {
-            "tasks.per_template": 2,
-            "rollout.max_turns": 2,
-            "rollout.max_new_tokens": 32,
-            "rollout.max_seq_len": 512,
-            "loop.steps": 2,
-            "loop.group_size": 2,
-            "loop.groups_per_step": 1,
-            "loop.drop_constant_groups": False,
-            **overrides,
-        }
+        model, quick = _quick_run(work / "tiny")
+        quick.update({"loop.steps": 2, "loop.group_size": 2, "loop.groups_per_step": 1})
+        overrides = {**quick, **overrides}
         args.seeds, args.per_template, args.k, args.k_per_template = args.seeds[:2], 1, 2, 1
     greedy_tasks = heldout_tasks(args.per_template, seed=0)
     tasks = (greedy_tasks, heldout_tasks(min(args.k_per_template, args.per_template), seed=0))

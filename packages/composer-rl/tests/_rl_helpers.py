@@ -20,3 +20,13 @@ def tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
     save_pretrained(model, directory)
     tokenizer.save(directory / "tokenizer.json")
     return directory
+
+
+QUICK_RL_SETTINGS: dict[str, object] = {
+    "tasks.per_template": 2,
+    "rollout.max_turns": 2,
+    "rollout.max_new_tokens": 32,
+    "rollout.max_seq_len": 512,
+    "loop.drop_constant_groups": False,
+}
+"""RL settings small enough for the `--quick` mode of the benchmarks on `tiny_checkpoint`."""
