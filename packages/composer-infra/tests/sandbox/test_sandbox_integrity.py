@@ -25,6 +25,7 @@ from composer_infra.sandbox import (
     Sandbox,
     SandboxConfig,
     SnapshotStore,
+    Task,
     UnsandboxedWarning,
 )
 from composer_infra.sandbox.backend import Runtime
@@ -162,6 +163,119 @@ def test_survivor_cannot_fake_grading(
     report = sandbox.run_tests()
     assert report.source == "junit", report.output
     assert report.failed == 1 and report.passed == 0, report
+
+
+HIDDEN_TASK = Task(
+    task_id="calc-hidden",
+    instruction="Make `add` add.",
+    files={"calc.py": "def add(a, b):\n    return a - b\n"},
+    test_command="python -P -m pytest -q _grading",
+)
+HIDDEN_TESTS = {
+    "_grading/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef pair():\n    return 1, 2\n",
+    "_grading/test_hidden.py": "from calc import add\n\n\ndef test_add(pair):\n    assert add(*pair) == 3\n",
+}
+# What a policy can leave in the workspace to be paid without fixing `add`.
+PASS_EVERYTHING_HOOK = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n"
+    "    outcome.get_result().outcome = 'passed'\n"
+)
+PLANTS = {
+    "conftest.py": PASS_EVERYTHING_HOOK,  # a root conftest: its hook passes every test
+    "evil.py": PASS_EVERYTHING_HOOK,  # a plugin module, loaded by the ini file below
+    "pytest.ini": "[pytest]\naddopts = -p evil\n",
+    "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p evil'\n",
+    "pytest.py": "raise SystemExit(0)\n",  # shadows pytest under `python -m` without -P
+    "_grading/conftest.py": PASS_EVERYTHING_HOOK,  # planted where the hidden tests go
+    "_grading/test_hidden.py": "def test_add():\n    pass\n",
+}
+# Keeps rewriting the hidden test file with one that passes (a process left behind).
+TEST_REWRITER = (
+    "import os, time\n"
+    "if os.fork(): os._exit(0)\n"
+    "os.setsid()\n"
+    "for fd in (0, 1, 2): os.close(fd)\n"
+    "open('rewriter.started', 'w').write('1')\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.makedirs('_grading', exist_ok=True)\n"
+    "        open('_grading/test_hidden.py', 'w').write('def test_add():\\n    pass\\n')\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    time.sleep(0.001)\n"
+)
+
+
+def test_hidden_tests_are_graded_as_written(backend: str, make_sandbox: MakeSandbox) -> None:
+    """The control: the hidden tests (with their own conftest) fail on the bug and pass
+    on the fix, so the exploits below are measured against a grader that works."""
+    sandbox = make_sandbox(backend, HIDDEN_TASK)
+    report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert report.source == "junit" and (report.passed, report.failed) == (0, 1), report
+    sandbox.write_file("calc.py", "def add(a, b):\n    return a + b\n")
+    report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert report.source == "junit" and (report.passed, report.failed) == (1, 0), report
+
+
+def test_workspace_files_cannot_change_the_grade(backend: str, make_sandbox: MakeSandbox) -> None:
+    """A root conftest whose hook passes every test (the exploit found in this repo's
+    own sandbox), an ini file loading a plugin from the workspace, a `pytest.py` that
+    shadows pytest, and files planted where the hidden tests go: the bug still fails."""
+    sandbox = make_sandbox(backend, HIDDEN_TASK)
+    for path, text in PLANTS.items():
+        sandbox.write_file(path, text)
+    report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert report.source == "junit", report.output
+    assert (report.passed, report.failed) == (0, 1), report
+
+
+def test_a_link_where_the_hidden_tests_go_is_replaced(
+    backend: str, make_sandbox: MakeSandbox, tmp_path: Path
+) -> None:
+    """`_grading` as a link out of the workspace: the grader removes the link (never
+    what it points at) and writes the tests into a real folder."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("host file")
+    sandbox = make_sandbox(backend, HIDDEN_TASK)
+    os.symlink(outside, sandbox.workspace / "_grading")
+    report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert (report.passed, report.failed) == (0, 1), report
+    assert (outside / "keep.txt").read_text() == "host file"
+    assert sorted(os.listdir(outside)) == ["keep.txt"]
+
+
+def test_survivor_cannot_rewrite_the_hidden_tests(
+    backend: str, make_sandbox: MakeSandbox, request: pytest.FixtureRequest
+) -> None:
+    """The hidden tests go in after every process the policy started is gone."""
+    needs_cgroup_on_process(request, backend)
+    sandbox = make_sandbox(backend, HIDDEN_TASK)
+    sandbox.write_file("rewriter.py", TEST_REWRITER)
+    sandbox.run("python rewriter.py; sleep 0.3")
+    assert (sandbox.workspace / "rewriter.started").exists()
+    if backend == "gvisor":
+        sandbox.start_background("python rewriter.py")
+    report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert report.source == "junit", report.output
+    assert (report.passed, report.failed) == (0, 1), report
+
+
+@pytest.mark.parametrize(
+    ("tests", "message"),
+    [
+        ({"test_x.py": "def test_x(): pass\n"}, "inside a folder"),
+        ({"a/test_x.py": "", "b/test_y.py": ""}, "one top-level folder"),
+    ],
+)
+def test_hidden_tests_need_one_folder(
+    make_sandbox: MakeSandbox, tests: dict[str, str], message: str
+) -> None:
+    sandbox = make_sandbox("bwrap", HIDDEN_TASK)
+    with pytest.raises(ValueError, match=message):
+        sandbox.run_tests(hidden_tests=tests)
 
 
 def test_grading_report_is_not_in_the_workspace(backend: str, make_sandbox: MakeSandbox) -> None:

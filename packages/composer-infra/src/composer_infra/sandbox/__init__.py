@@ -11,7 +11,12 @@ again = Sandbox.restore(snap, SnapshotStore(store_dir))   # here or on another w
 """
 
 from composer_infra.sandbox.archive import Snapshot, SnapshotError, SnapshotStore
-from composer_infra.sandbox.backend import BackendUnavailable, Runtime, SandboxBackend
+from composer_infra.sandbox.backend import (
+    BackendUnavailable,
+    Runtime,
+    SandboxBackend,
+    grading_env,
+)
 from composer_infra.sandbox.backends.process import UnsandboxedWarning
 from composer_infra.sandbox.config import ResourceLimits, SandboxConfig
 from composer_infra.sandbox.hookspecs import hookimpl, hookspec
@@ -24,7 +29,7 @@ from composer_infra.sandbox.registry import (
     default_registry,
 )
 from composer_infra.sandbox.results import CommandResult, TestCase, TestReport, ToolResult
-from composer_infra.sandbox.sandbox import Sandbox
+from composer_infra.sandbox.sandbox import Sandbox, hidden_tests_dir
 from composer_infra.sandbox.task import Task
 from composer_infra.sandbox.tools import TOOL_ARGS, TodoItem
 
@@ -55,6 +60,8 @@ __all__ = [
     "UnsandboxedWarning",
     "add_sandbox_hooks",
     "default_registry",
+    "grading_env",
+    "hidden_tests_dir",
     "hookimpl",
     "hookspec",
 ]

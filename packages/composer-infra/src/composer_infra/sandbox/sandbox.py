@@ -16,7 +16,8 @@ import os
 import tempfile
 import threading
 import uuid
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import ValidationError
@@ -100,6 +101,30 @@ def _restored_config(saved: dict[str, Any]) -> SandboxConfig:
     is a property of the machine, not of the episode."""
     local = SandboxConfig().toolchain_paths
     return SandboxConfig.model_validate({**saved, "toolchain_paths": local})
+
+
+def hidden_tests_dir(hidden_tests: Mapping[str, str]) -> str:
+    """The one top-level folder that holds all of `hidden_tests` (e.g. `_grading`).
+
+    One folder directly under the workspace, so emptying it before the tests go in
+    never walks through a link the policy left in a parent (which could point out of
+    the workspace).
+    """
+    folders = set()
+    for path in hidden_tests:
+        parts = PurePosixPath(path).parts
+        if len(parts) < 2 or parts[0] in ("/", "..", "."):
+            raise ValueError(
+                f"hidden test {path!r} must be inside a folder of the workspace (e.g. "
+                f"'_grading/{parts[-1] if parts else 'test_x.py'}'), not at its root"
+            )
+        folders.add(parts[0])
+    if len(folders) != 1:
+        raise ValueError(
+            f"hidden tests must share one top-level folder, got {sorted(folders)}: "
+            "put them all under one (e.g. '_grading/')"
+        )
+    return folders.pop()
 
 
 class Sandbox:
@@ -423,21 +448,35 @@ class Sandbox:
 
     # -- tests -------------------------------------------------------------------------
 
-    def run_tests(self, timeout: float | None = None) -> TestReport:
+    def run_tests(
+        self, timeout: float | None = None, *, hidden_tests: Mapping[str, str] | None = None
+    ) -> TestReport:
         """Grade: run the task's test command; pytest reports each test (JUnit XML).
 
         Everything the policy's commands started is killed first (`Runtime.kill_all`,
         by pid namespace or cgroup), and the report is written where the backend keeps
         other commands out (`Runtime.grade`), so a process the policy left running
-        cannot rewrite it. `timeout` defaults to `max_command_timeout`; a timeout that
+        cannot rewrite it. `hidden_tests` (workspace-relative path to text, all in one
+        folder that is not the workspace root) are written only after that kill, into a
+        folder emptied first, so nothing the policy planted there (a `conftest.py`, a link,
+        a process rewriting the test file) is graded; conftests are read only from that
+        folder, and no workspace ini file or shadowing module reaches pytest
+        (`junit_command`). `timeout` defaults to `max_command_timeout`; a timeout that
         is not a finite number of seconds in (0, max_command_timeout] is a ValueError.
         """
         limit = self.config.max_command_timeout
         timeout = limit if timeout is None else check_timeout(timeout, limit, "run_tests")
+        tests_dir = hidden_tests_dir(hidden_tests) if hidden_tests else None
         with self._lock:
             self._check_open()
             self.runtime.kill_all()
-            result, xml = self.runtime.grade(self.task.test_command, timeout=timeout)
+            if hidden_tests and tests_dir is not None:
+                remove_tree(self.workspace / tests_dir)
+                for path, content in hidden_tests.items():
+                    self.fs.write_bytes(path, content.encode())
+            result, xml = self.runtime.grade(
+                self.task.test_command, timeout=timeout, tests_dir=tests_dir
+            )
             text = xml.decode("utf-8", errors="replace") if xml is not None else None
             return build_report(result, text)
 

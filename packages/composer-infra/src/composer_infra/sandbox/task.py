@@ -19,7 +19,7 @@ class Task(BaseModel):
     task_id: str = "task"
     instruction: str
     files: dict[str, str] = Field(default_factory=dict)
-    test_command: str = "python -m pytest -q"
+    test_command: str = "python -P -m pytest -q"  # -P: see junit_command
 
     @field_validator("files")
     @classmethod

@@ -27,10 +27,9 @@ def open_sandbox(task: Task, backend: str | None = None) -> Sandbox:
 
 
 def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:
-    """Copy the hidden tests in (as the grader, not through the agent's tools) and run them."""
-    for path, content in task.tests.items():
-        sandbox.fs.write_bytes(path, content.encode())
-    return sandbox.run_tests()
+    """Run the hidden tests; the sandbox writes them in (as the grader, not through the
+    agent's tools) only after every process the policy started is gone."""
+    return sandbox.run_tests(hidden_tests=task.tests)
 
 
 def workspace_files(

@@ -9,6 +9,7 @@ unsolved repo fails) and works where no sandbox backend is installed.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from composer_rl.tasks.model import Task
+from composer_infra.sandbox import grading_env
+from composer_rl.tasks.model import GRADING_DIR, Task
 
 
 class TestReport(BaseModel):
@@ -60,12 +62,10 @@ def parse_junit(path: Path) -> dict[str, str]:
     return outcomes
 
 
-def test_command_argv(task: Task, junit: Path) -> list[str]:
+def test_command_argv(task: Task) -> list[str]:
     argv = shlex.split(task.test_command)
     if argv and argv[0] == "python":
         argv[0] = sys.executable
-    if "pytest" in argv:
-        argv += [f"--junitxml={junit}"]
     return argv
 
 
@@ -78,8 +78,10 @@ def grade_files(task: Task, files: dict[str, str], timeout: float = 120.0) -> Te
         junit = Path(tmp) / "junit.xml"
         try:
             proc = subprocess.run(
-                test_command_argv(task, junit),
+                test_command_argv(task),
                 cwd=root,
+                # As the sandbox grades (composer_infra's `junit_command`).
+                env={**os.environ, **grading_env(str(root), str(junit), GRADING_DIR)},
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -17,7 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 GRADING_DIR = "_grading"
 """Folder the hidden tests are copied into at grading time (absent while the agent works)."""
 
-DEFAULT_TEST_COMMAND = f"python -m pytest -q -p no:cacheprovider {GRADING_DIR}"
+DEFAULT_TEST_COMMAND = f"python -P -m pytest -q -p no:cacheprovider {GRADING_DIR}"
+"""`-P`: the workspace is not put first on `sys.path`, so a `pytest.py` the policy wrote
+shadows nothing (the grader puts the workspace on the path itself: composer_infra's
+`junit_command`)."""
 
 
 class Category(StrEnum):

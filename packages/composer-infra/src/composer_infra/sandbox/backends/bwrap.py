@@ -376,7 +376,9 @@ class BwrapRuntime(Runtime):
         finally:
             info.close()
 
-    def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+    def grade(
+        self, test_command: str, *, timeout: float, tests_dir: str | None = None
+    ) -> tuple[CommandResult, bytes | None]:
         """The test command with a report directory that only it sees (see the module doc)."""
         grading = self.state_dir / f"grading-{secrets.token_hex(8)}"
         grading.mkdir(mode=0o700)
@@ -384,7 +386,7 @@ class BwrapRuntime(Runtime):
             if self.owner is not None:
                 os.chown(grading, *self.owner)
             result = self._run(
-                junit_command(f"{GRADING_DIR}/report.xml", test_command),
+                junit_command(f"{GRADING_DIR}/report.xml", test_command, tests_dir),
                 timeout=timeout,
                 extra=("--bind", str(grading), GRADING_DIR),
             )

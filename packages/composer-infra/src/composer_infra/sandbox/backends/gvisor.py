@@ -430,7 +430,9 @@ class GVisorRuntime(Runtime):
             f"{result.stderr.decode(errors='replace')[-500:]}"
         )
 
-    def grade(self, test_command: str, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+    def grade(
+        self, test_command: str, *, timeout: float, tests_dir: str | None = None
+    ) -> tuple[CommandResult, bytes | None]:
         """Run the tests with the report in a fresh, randomly named directory.
 
         The caller has run `kill_all`, so the test command's own processes are the only
@@ -447,7 +449,8 @@ class GVisorRuntime(Runtime):
             os.chown(report_dir, *self.owner)
         try:
             result = self.run(
-                junit_command(f"{GRADING_DIR}/{name}/report.xml", test_command), timeout=timeout
+                junit_command(f"{GRADING_DIR}/{name}/report.xml", test_command, tests_dir),
+                timeout=timeout,
             )
             return result, read_report(report_dir / "report.xml")
         finally:

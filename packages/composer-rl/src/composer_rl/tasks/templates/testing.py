@@ -12,7 +12,8 @@ from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES
 MUTANTS = {"+": "-", "-": "+", "*": "+"}
 """The operator the grader swaps in to check that the agent's tests catch a change."""
 
-GRADER = """import shutil
+GRADER = """import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,9 @@ def _run_tests(tmp_path, source):
     shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "{module}.py").write_text(source)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
-    return subprocess.run(command, cwd=work, capture_output=True, timeout=60).returncode
+    # Not the grader's options (its report, its rootdir and path): a run of its own.
+    env = {{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}}
+    return subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=60).returncode
 
 
 def test_file_exists():
