@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from composer_model.config import ModelConfig
@@ -196,13 +197,20 @@ class ComposerModel(nn.Module):
         replay_guard: float | None = None,
         return_mtp: bool = False,
         mtp_shifted_ids: Sequence[torch.Tensor] | None = None,
+        mtp_detach_trunk: bool = False,
     ) -> ModelOutput:
         """The packed forward; with `return_mtp` also every MTP depth's logits.
 
         MTP depth k at position t reads the token k ahead (`torch.roll` of the packed ids,
         right for a whole row). `mtp_shifted_ids` (one tensor a depth, a token per position)
         replaces that roll: a context-parallel shard holds only part of the row, so its
-        tokens k ahead are computed on the whole row and sharded by the caller."""
+        tokens k ahead are computed on the whole row and sharded by the caller.
+
+        `mtp_detach_trunk`: the MTP depths read the trunk's hidden states, the embedding and
+        the output head through detached copies, so an MTP loss trains the MTP modules only.
+        RL wants this: its policy-gradient term is small (a gradient norm of ~1e-3 here)
+        and the self-distillation term's gradient through the shared weights was ~50x
+        larger, so under Adam it, not the reward, set the trunk's updates."""
         flat_ids, flat_pos, cu_seqlens = self._flatten(input_ids, positions, cu_seqlens)
         moe_count = len(self.moe_layers)
         if isinstance(replay_indices, torch.Tensor):
@@ -238,15 +246,24 @@ class ComposerModel(nn.Module):
         mtp_logits = None
         if return_mtp and len(self.mtp):
             mtp_logits = []
-            h = hidden
+            h = hidden.detach() if mtp_detach_trunk else hidden
             for k, module in enumerate(self.mtp_modules, start=1):
                 shifted = (
                     torch.roll(flat_ids, -k)
                     if mtp_shifted_ids is None
                     else mtp_shifted_ids[k - 1].reshape(-1).to(flat_ids.device)
                 )
-                h = module(h, self.embed_tokens(shifted), cos, sin, cu_seqlens=cu_seqlens)
-                mtp_logits.append(self.lm_head(module.shared_head.norm(h)).view(*shape, -1))
+                if mtp_detach_trunk:
+                    embeds = F.embedding(shifted, self.embed_tokens.weight.detach())
+                else:
+                    embeds = self.embed_tokens(shifted)
+                h = module(h, embeds, cos, sin, cu_seqlens=cu_seqlens)
+                normed = module.shared_head.norm(h)
+                if mtp_detach_trunk:
+                    head = F.linear(normed, self.lm_head.weight.detach())
+                else:
+                    head = self.lm_head(normed)
+                mtp_logits.append(head.view(*shape, -1))
         return ModelOutput(
             logits=logits.view(*shape, -1),
             hidden=hidden.view(*shape, -1),

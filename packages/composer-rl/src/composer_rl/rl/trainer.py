@@ -61,7 +61,10 @@ class RLLossConfig(BaseModel):
         "router's own k-th score is replaced; None replays verbatim",
     )
     mtp_weight: float = Field(
-        default=0.1, ge=0, description="MTP self-distillation on the policy's own tokens"
+        default=0.1,
+        ge=0,
+        description="MTP self-distillation on the policy's own tokens; it trains the MTP "
+        "modules only (the trunk, embedding and head are read detached)",
     )
 
 
@@ -184,6 +187,7 @@ def rl_loss(
             replay_guard=config.replay_guard if replay is not None else None,
             return_mtp=want_mtp,
             mtp_shifted_ids=shifted,
+            mtp_detach_trunk=True,
         )
     logp = target_logprobs(output.logits, ids, config.temperature, next_ids)
     ref_logp = None
