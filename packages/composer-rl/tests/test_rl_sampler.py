@@ -70,3 +70,18 @@ def test_hard_kinds_are_upsampled_without_reuse(tasks) -> None:  # type: ignore[
     assert share_hard >= share_plain
     assert share_hard >= 0.8
     assert len({t.id for t in first}) == 5  # type: ignore[union-attr]
+
+
+def test_upsampling_starts_at_a_share_of_the_planned_draws(tasks) -> None:  # type: ignore[no-untyped-def]
+    """`upsample_hard_after` is a share of the run's draws, not of the whole epoch (a run
+    of 40 steps draws ~100 of ~6,650 tasks: as a share of the epoch it never started)."""
+    up = UpsamplingConfig(after_fraction=0.5, planned_draws=4)
+    sampler = TaskSampler(tasks, seed=0, upsampling=up)
+    sampler.record_effort(tasks[0], turns=3, tokens=0)
+    assert sampler._weights([tasks[1].id]) is None
+    sampler.next(), sampler.next()
+    assert sampler._weights([tasks[1].id]) is not None
+    epoch = TaskSampler(tasks, seed=0, upsampling=UpsamplingConfig(after_fraction=0.5))
+    epoch.record_effort(tasks[0], turns=3, tokens=0)
+    epoch.next(), epoch.next()
+    assert epoch._weights([tasks[1].id]) is None

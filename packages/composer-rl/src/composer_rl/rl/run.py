@@ -340,7 +340,10 @@ def run_rl(
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
     plugins = PluginSession(plugin_config(config), run_dir, command="rl")
     upsampling = (
-        UpsamplingConfig(after_fraction=config.loop.upsample_hard_after)
+        UpsamplingConfig(
+            after_fraction=config.loop.upsample_hard_after,
+            planned_draws=config.loop.steps * config.loop.groups_per_step,
+        )
         if config.loop.upsample_hard_after is not None
         else None
     )

@@ -26,8 +26,12 @@ from composer_rl.tasks.model import Category, Task
 
 @dataclass(frozen=True)
 class UpsamplingConfig:
-    after_fraction: float = 0.5  # start favouring hard kinds after this share of the epoch
+    after_fraction: float = 0.5  # start favouring hard kinds after this share of the draws
     strength: float = 1.0  # weight = 1 + strength * (normalised difficulty of the kind)
+    # The draws the run plans (an RL run: steps x groups a step); None: the whole epoch.
+    # A run draws a few hundred of thousands of tasks, so a share of the epoch would start
+    # upsampling long after the run ended (it did, before this field).
+    planned_draws: int | None = None
 
 
 def task_kind(task: Task) -> str:
@@ -97,7 +101,10 @@ class TaskSampler:
 
     def _weights(self, candidates: list[str]) -> list[float] | None:
         up = self.upsampling
-        if up is None or len(self.drawn) < up.after_fraction * len(self.order) or not self._effort:
+        if up is None or not self._effort:
+            return None
+        planned = up.planned_draws if up.planned_draws is not None else len(self.order)
+        if len(self.drawn) < up.after_fraction * planned:
             return None
         means = {k: sum(v) / len(v) for k, v in self._effort.items() if v}
         low, high = min(means.values()), max(means.values())
