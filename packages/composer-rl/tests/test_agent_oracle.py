@@ -24,6 +24,25 @@ def test_oracle_demonstration_solves_in_the_sandbox(name: str) -> None:
         assert not grade_sandbox(sandbox, task).all_passed  # the untouched repo fails
 
 
+PASS_EVERY_TEST = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n"
+    "    outcome.get_result().outcome = 'passed'\n"
+)
+
+
+@pytest.mark.parametrize("path", ["conftest.py", "_grading/conftest.py"])
+def test_a_planted_conftest_is_not_paid(path: str) -> None:
+    """An episode that only writes a conftest whose hook passes every report (this made
+    the hidden tests of every built-in task pass before grading ignored it) is unsolved."""
+    task = next(iter(BUILTIN_TEMPLATES[0].tasks(Split.TRAIN)))
+    with open_sandbox(task) as sandbox:
+        assert sandbox.call("write_file", {"path": path, "content": PASS_EVERY_TEST}).ok
+        report = grade_sandbox(sandbox, task)
+    assert not report.all_passed and report.failed + report.errors > 0, report
+
+
 @pytest.mark.slow
 def test_every_template_demonstration_solves() -> None:
     for task in sample_tasks(collect_tasks(Split.HELDOUT), per_group=1, seed=3):
