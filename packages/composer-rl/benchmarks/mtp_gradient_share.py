@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from composer_infra.checkpoint.groups import FinishedGroup
-from composer_model import load_pretrained
-from composer_rl.rl.batch import pack
+from composer_model import ComposerModel, load_pretrained, preset
+from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.orchestrator import record_to_trajectories
 from composer_rl.rl.trainer import RLLossConfig, rl_loss
 
@@ -37,27 +37,58 @@ def trunk_grad(model: torch.nn.Module) -> torch.Tensor:
     )
 
 
+def random_group(index: int, size: int = 4, prompt: int = 8, sampled: int = 12) -> list[Trajectory]:
+    """A group of random token sequences with zero-mean advantages (the smoke run's data)."""
+    out = []
+    for sample in range(size):
+        n = prompt + sampled
+        out.append(
+            Trajectory(
+                tokens=torch.randint(0, 256, (n,)).tolist(),
+                sampled=[False] * prompt + [True] * sampled,
+                logprobs=[0.0] * prompt + [-1.0] * sampled,
+                versions=[-1] * prompt + [0] * sampled,
+                advantage=(sample - (size - 1) / 2) / size,
+                reward=float(sample),
+                group_id=f"quick-{index}",
+                episode_id=f"quick-{index}.{sample}",
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--groups", type=Path, required=True, help="a run's groups/ folder")
+    parser.add_argument("--model", type=Path, help="the policy checkpoint")
+    parser.add_argument("--groups", type=Path, help="a run's groups/ folder")
     parser.add_argument("--count", type=int, default=8, help="groups measured")
     parser.add_argument("--mtp-weight", type=float, default=0.1)
+    parser.add_argument(
+        "--quick", action="store_true", help="a random tiny model and random groups (a smoke run)"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = load_pretrained(args.model)
-    files = sorted(args.groups.glob("*.json"))[: args.count]
-    if not files:
-        raise SystemExit(f"no group files in {args.groups}")
+    if args.quick:
+        model = ComposerModel(preset("tiny", vocab_size=256, num_hidden_layers=2))
+        groups = [random_group(i) for i in range(2)]
+    else:
+        if args.model is None or args.groups is None:
+            parser.error("--model and --groups are required (or --quick)")
+        model = load_pretrained(args.model)
+        files = sorted(args.groups.glob("*.json"))[: args.count]
+        if not files:
+            raise SystemExit(f"no group files in {args.groups}")
+        groups = [
+            record_to_trajectories(FinishedGroup.model_validate_json(f.read_text())) for f in files
+        ]
     forward = model.forward
     ratios: dict[str, list[float]] = {"attached": [], "detached": []}
     pg_norms = []
-    for path in files:
-        group = FinishedGroup.model_validate_json(path.read_text())
-        batch = pack(record_to_trajectories(group))
+    for trajectories in groups:
+        batch = pack(trajectories)
         model.zero_grad(set_to_none=True)
         rl_loss(model, batch, RLLossConfig(mtp_weight=0.0)).loss.backward()
         pg = trunk_grad(model).clone()
@@ -70,7 +101,8 @@ def main() -> None:
             model.forward = forward  # type: ignore[method-assign]
             mtp = trunk_grad(model) - pg
             ratios[mode].append(float(mtp.norm()) / max(float(pg.norm()), 1e-30))
-    print(f"{len(files)} groups from {args.groups}, MTP weight {args.mtp_weight}")
+    source = "random groups (--quick)" if args.quick else str(args.groups)
+    print(f"{len(groups)} groups from {source}, MTP weight {args.mtp_weight}")
     print(f"policy-gradient term, trunk gradient norm: median {statistics.median(pg_norms):.2e}")
     for mode, values in ratios.items():
         print(
