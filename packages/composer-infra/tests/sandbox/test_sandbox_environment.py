@@ -40,6 +40,10 @@ def test_concurrent_episodes(tmp_path: Path) -> None:
         snap = service.snapshot(forked)
         restored = service.restore(snap.digest)
         assert service.run_tests(restored).all_passed
+        hidden = {
+            "_grading/test_hidden.py": "from calc import add\n\n\ndef test_h():\n    assert add(2, 2) == 4\n"
+        }
+        assert service.run_tests(restored, hidden).passed == 3  # the task's two and the hidden one
         service.close(ids[1])
         assert ids[1] not in service.open_sandboxes
         gone = service.call(ids[1], "read_file", {"path": "calc.py"})
