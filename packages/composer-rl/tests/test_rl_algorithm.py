@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -173,3 +174,45 @@ def test_a_slow_trainer_pauses_generation_instead_of_queueing_stale_groups() -> 
     assert wants_more_groups(sync, open_=1, ready=0, training=False)
     assert not wants_more_groups(sync, open_=1, ready=1, training=False)
     assert not wants_more_groups(sync, open_=0, ready=0, training=True)
+
+
+def test_steps_on_a_group_move_each_episode_the_way_of_its_advantage() -> None:
+    """The whole training path (packing, router-replayed forward, `rl_loss`, the one
+    `train_step`): a few steps on one group raise the log-probability of every episode with
+    a positive advantage and lower every one with a negative advantage."""
+    from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, train_step
+    from composer_rl.rl.batch import Trajectory, pack
+    from composer_rl.rl.trainer import RLLossConfig, rl_loss, target_logprobs
+
+    torch.manual_seed(0)
+    model = ComposerModel(preset("tiny", vocab_size=128, num_hidden_layers=2))
+    prompt = torch.randint(0, 128, (6,)).tolist()
+    advantages = [0.75, -0.25, -0.25, -0.25]
+    group = [
+        Trajectory(
+            tokens=prompt + torch.randint(0, 128, (10,)).tolist(),
+            sampled=[False] * 6 + [True] * 10,
+            logprobs=[0.0] * 6 + [-4.8] * 10,
+            versions=[-1] * 6 + [0] * 10,
+            advantage=advantage,
+            reward=advantage,
+        )
+        for advantage in advantages
+    ]
+    batch = pack(group)
+
+    def sequence_logprobs() -> list[float]:
+        with torch.no_grad():
+            out = model(batch.input_ids, cu_seqlens=batch.cu_seqlens)
+            logp = target_logprobs(out.logits, batch.input_ids, 1.0)
+        mask = batch.target_mask.reshape(-1).float()
+        bounds = batch.cu_seqlens.tolist()
+        return [float((logp[a:b] * mask[a:b]).sum()) for a, b in itertools.pairwise(bounds)]
+
+    before = sequence_logprobs()
+    optimizer = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0))
+    config = RLLossConfig(is_cap=None)
+    for _ in range(3):
+        train_step(model, optimizer, lambda: rl_loss(model, batch, config), grad_clip=1.0)
+    moved = [b - a for a, b in zip(before, sequence_logprobs(), strict=True)]
+    assert [m > 0 for m in moved] == [a > 0 for a in advantages], moved
