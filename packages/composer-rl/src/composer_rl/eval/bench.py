@@ -18,7 +18,7 @@ from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.sources import sample_tasks
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES
 
-BENCH_VERSION = "bench-v2"
+BENCH_VERSION = "bench-v3"  # v3: graded with the hardened test command (python -P)
 BENCH_TEMPLATES: tuple[str, ...] = (
     "review_and_fix",
     "memoize_recursion",
@@ -30,7 +30,7 @@ BENCH_TEMPLATES: tuple[str, ...] = (
 """Templates whose median change is larger than the training templates' median (4 lines)."""
 BENCH_PER_TEMPLATE = 4
 BENCH_SEED = 18
-BENCH_DIGEST = "4943159344bf2a2537aa473a2f02bf44be1727e51aadc62f1c4e2d5d3bcdfc80"
+BENCH_DIGEST = "3f8b2d5f38047cf5f74421a3c619e1eabbdc6c5b3b712fe2beafa89a91c1efb9"
 
 
 class BenchChangedError(RuntimeError):
