@@ -2,7 +2,7 @@
 
 from composer_infra.sandbox import Sandbox, SnapshotStore, Task
 
-task = Task(instruction="make the tests pass", files={...}, test_command="python -m pytest -q")
+task = Task(instruction="make the tests pass", files={...}, test_command="python -P -m pytest -q")
 with Sandbox.create(task) as sandbox:          # bwrap by default
     sandbox.call("edit_file", {"path": "calc.py", "old": "-", "new": "+"})
     report = sandbox.run_tests()               # passed / failed / errors / per test
