@@ -19,7 +19,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from composer_infra.sandbox import grading_env
 from composer_rl.tasks.model import GRADING_DIR, Task
 
 
@@ -71,6 +70,9 @@ def test_command_argv(task: Task) -> list[str]:
 
 def grade_files(task: Task, files: dict[str, str], timeout: float = 120.0) -> TestReport:
     """Grade a repository state (`files`) against the task's hidden tests."""
+    # Imported here: the task suite is part of the light plugin stack (no composer-infra).
+    from composer_infra.sandbox.backend import grading_env
+
     with tempfile.TemporaryDirectory(prefix="composer-grade-") as tmp:
         root = Path(tmp) / "repo"
         write_tree(root, files)
