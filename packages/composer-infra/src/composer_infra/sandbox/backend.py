@@ -141,7 +141,7 @@ def junit_command(report_path: str, test_command: str, tests_dir: str | None = N
       conftests inside it (the grader's) are loaded;
     - `PYTEST_DISABLE_PLUGIN_AUTOLOAD`: only pytest's own plugins; third-party ones
       installed next to the interpreter neither change the report nor slow every grading
-      (hypothesis's took 1.1 s of a 1.6 s grading here).
+      (loading them took 1.1 s of a 1.6 s grading here, hypothesis's imports 0.65 s).
 
     PYTEST_ADDOPTS is read before any ini file, so `-c` in it holds. A test command that
     starts Python with `-m` should add `-P` (`python -P -m pytest`, the default of

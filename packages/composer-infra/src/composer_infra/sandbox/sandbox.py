@@ -470,7 +470,7 @@ class Sandbox:
         with self._lock:
             self._check_open()
             self.runtime.kill_all()
-            if hidden_tests and tests_dir is not None:
+            if hidden_tests is not None and tests_dir is not None:
                 remove_tree(self.workspace / tests_dir)
                 for path, content in hidden_tests.items():
                     self.fs.write_bytes(path, content.encode())
