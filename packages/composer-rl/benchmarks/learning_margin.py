@@ -33,15 +33,13 @@ from typing import Any
 
 from composer_rl.rl.compare import PolicyScores, heldout_tasks, score_policy, seed_margins
 from composer_rl.rl.config import load_config
+from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl, runner_config
 
 
 def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:
-    """The tests' random tiny checkpoint and the settings sized for it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from _rl_helpers import QUICK_RL_SETTINGS, tiny_checkpoint
-
-    return tiny_checkpoint(directory), dict(QUICK_RL_SETTINGS)
+    """A random tiny checkpoint and the settings sized for it."""
+    return random_checkpoint(directory), dict(QUICK_RL_SETTINGS)
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:

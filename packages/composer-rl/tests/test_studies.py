@@ -15,7 +15,7 @@ from composer_rl import cli
 from composer_rl.studies import NOT_IMPLEMENTED, STUDIES, nvfp4_invariance
 from composer_rl.studies.kl_estimators import measure_pair
 
-IMPLEMENTED = {"kl-estimators", "nvfp4-invariance"}
+IMPLEMENTED = {"kl-estimators", "nvfp4-invariance", "router-replay", "async"}
 ALL = [
     "cpt-vs-rl",
     "self-summary",
@@ -163,3 +163,37 @@ def test_bit_differences_count_the_changed_bits() -> None:
     )
     assert same["bits_differing"] == 0
     assert same["bits"] == 8 * (4 * 16 + 4 * 2 + 4 * 4)  # codes, block scales, FP32 scale
+
+
+def test_router_replay_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _quick("router-replay", tmp_path / "rr", capsys)
+    rows = {(r["engine"], r["mode"]): r for r in result["numbers"]["rows"]}
+    # Same numerics: only the decode path differs, so the gap is fp32 round-off either way.
+    assert rows[("fp32", "replay off")]["mean_abs"] < 1e-5
+    # A bf16 engine routes some tokens differently; replaying its experts removes those
+    # flips, so the mean and the tail of the gap fall (it would not if replay were ignored).
+    off = rows[("bf16", "replay off")]
+    replayed = rows[("bf16", "replay, no guard")]
+    assert off["routing_differs_share"] > 0
+    assert replayed["mean_abs"] < off["mean_abs"]
+    assert replayed["p99_abs"] < off["p99_abs"]
+    assert replayed["max_abs"] < off["max_abs"]
+    # Every row scored the same sampled tokens.
+    assert len({r["tokens"] for r in rows.values()}) == 1
+    assert 0 <= rows[("bf16", "replay + guard 0.1")]["guard_replacement_rate"] <= 1
+    assert result["held"] is True
+
+
+def test_async_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _quick("async", tmp_path / "async", capsys)
+    sync, asynchronous = (result["numbers"]["results"][m] for m in ("sync", "async"))
+    # Equal trained samples, so the wall-clock ratio compares like with like.
+    assert sync["steps"] == asynchronous["steps"] == 3
+    assert sync["trained_sequences"] == asynchronous["trained_sequences"] > 0
+    # Alternating means every trained token was sampled by the version being trained.
+    assert set(sync["token_lag_hist"]) == {"0"} and sync["token_lag_max"] == 0
+    assert sum(asynchronous["token_lag_hist"].values()) > 0
+    assert asynchronous["token_lag_max"] <= 3  # the staleness bound held
+    assert result["numbers"]["ratio_sync_over_async"] == pytest.approx(
+        sync["seconds"] / asynchronous["seconds"]
+    )

@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--checkpoint",
         type=Path,
-        help="nvfp4-invariance: a model directory to score instead of the randomly "
+        help="nvfp4-invariance, router-replay, async: a model directory (with its "
+        "tokenizer.json; the stage-one SFT checkpoint for async) instead of the randomly "
         "initialised tiny preset",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads")

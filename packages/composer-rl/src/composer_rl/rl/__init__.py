@@ -5,5 +5,6 @@ trainer): `algorithm` (the objective as pure functions), `batch` (`Trajectory`, 
 `trainer` (`rl_loss`), `sampler` (`TaskSampler`), `orchestrator` (`Orchestrator`,
 `OrchestratorConfig`), `summarize` (self-summarization), `episodes` (scoring a rollout),
 `config` (`RLConfig`, `load_config`), `run` (`run_rl`), `compare` and `plots` (the final
-table and PNGs). See the composer-rl README, "The asynchronous RL loop".
+table and PNGs), `quick` (a random tiny checkpoint and settings for `--quick` modes).
+See the composer-rl README, "The asynchronous RL loop".
 """

@@ -26,7 +26,8 @@ class StudyOptions:
     quick: bool = False
     seed: int = 0
     rl_run_dir: Path | None = None  # kl-estimators: an RL run whose metrics.jsonl to plot
-    checkpoint: Path | None = None  # nvfp4-invariance: a trained model instead of random init
+    # nvfp4-invariance, router-replay, async: a trained model instead of random init
+    checkpoint: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ running it says so and exits non-zero instead of printing a result nobody measur
 
 from __future__ import annotations
 
-from composer_rl.studies import kl_estimators, nvfp4_invariance
+from composer_rl.studies import async_rl, kl_estimators, nvfp4_invariance, router_replay
 from composer_rl.studies.base import Study
 
 STUDIES: dict[str, Study] = {
@@ -42,6 +42,7 @@ STUDIES: dict[str, Study] = {
             "Replaying the inference engine's expert choices in the trainer's forward cuts the "
             "train/inference logprob mismatch; the plausibility guard cuts its p99 further.",
             "Composer 2 report, infrastructure",
+            router_replay.run,
         ),
         Study(
             "nvfp4-invariance",
@@ -55,6 +56,7 @@ STUDIES: dict[str, Study] = {
             "Fully asynchronous RL with in-flight weight updates keeps off-policy lag low and "
             "trains as well as synchronous RL per sample, at higher throughput.",
             "Composer 2 report, RL algorithm and infrastructure",
+            async_rl.run,
         ),
     )
 }
