@@ -120,7 +120,8 @@ CHANNEL_STEPS = (
     ("the prepared init wakes with the command", "received", "started"),
     ("init: posix_spawn of sh returns", "started", "spawned"),
     ("sh runs and exits, init wakes", "spawned", "ended"),
-    ("init exits, namespace emptied, host wakes on the pidfd", "ended", "replied"),
+    ("init kills and reaps what is left, checks its /proc", "ended", "emptied"),
+    ("host wakes on init's message", "emptied", "replied"),
     ("host: output EOF, result", "replied", "done"),
 )
 
@@ -130,8 +131,12 @@ def _spawn_sh() -> None:
     os.waitpid(pid, 0)
 
 
-def channel_breakdown(work: Path, rounds: int, console: Console) -> None:
-    """Interleaved per-command latency: subprocess.run, the channel, one bwrap per command."""
+def channel_breakdown(work: Path, rounds: int, console: Console, gap_ms: float = 20.0) -> None:
+    """Interleaved per-command latency: subprocess.run, the channel, one bwrap per command.
+
+    Every timed command comes `gap_ms` after the previous one ended, as tool calls come in
+    an episode (generation runs between them); 0 times them back to back, where the
+    channel's next command may find its namespace still being made."""
     from composer_infra.sandbox.backends.bwrap import BwrapRuntime
 
     channel_box = Sandbox.create(TASK, "bwrap", work_dir=work)
@@ -156,20 +161,23 @@ def channel_breakdown(work: Path, rounds: int, console: Console) -> None:
         steps: dict[str, list[float]] = {name: [] for name, _, _ in CHANNEL_STEPS}
         for _ in range(rounds):
             for name, action in actions.items():
+                time.sleep(gap_ms / 1000)
                 start = time.perf_counter()
                 action()
                 times[name].append(time.perf_counter() - start)
                 if name == "channel, Runtime.run":
                     trace = channel.last_trace
                     for step, begin, end in CHANNEL_STEPS:
-                        steps[step].append(trace[end] - trace[begin])
+                        if begin in trace and end in trace:  # not "emptied": init's exit
+                            steps[step].append(trace[end] - trace[begin])
     finally:
         channel_box.close()
         per_command_box.close()
     peer = statistics.median(times["subprocess.run (peer)"])
     table = Table(
-        title=f"one `{COMMAND}` command, median of {rounds} interleaved rounds "
-        f"(x = multiple of subprocess.run); load average {os.getloadavg()[0]:.1f}"
+        title=f"one `{COMMAND}` command {gap_ms:g} ms after the previous, median of {rounds} "
+        f"interleaved rounds (x = multiple of subprocess.run); load average "
+        f"{os.getloadavg()[0]:.1f}"
     )
     table.add_column("path")
     table.add_column("ms", justify="right")
@@ -182,7 +190,7 @@ def channel_breakdown(work: Path, rounds: int, console: Console) -> None:
     breakdown.add_column("step")
     breakdown.add_column("ms", justify="right")
     for step, values in steps.items():
-        breakdown.add_row(step, f"{statistics.median(values) * 1e3:.2f}")
+        breakdown.add_row(step, f"{statistics.median(values) * 1e3:.2f}" if values else "-")
     console.print(breakdown)
 
 
@@ -193,6 +201,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--channel-rounds", type=int, default=200, help="rounds of the per-command table (0: skip)"
+    )
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=20.0,
+        help="per-command table: pause before each timed command (0: back to back)",
     )
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--pool", type=int, default=8, help="sandboxes in the pool")
@@ -258,7 +272,7 @@ def main() -> None:
     console.print(table)
     if args.channel_rounds and "bwrap" in backends:
         with tempfile.TemporaryDirectory(prefix="composer-bench-") as tmp:
-            channel_breakdown(Path(tmp), args.channel_rounds, console)
+            channel_breakdown(Path(tmp), args.channel_rounds, console, args.gap_ms)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,15 @@ def test_style_reads_the_code_not_the_message(name: str) -> None:
     assert penalty is not None and penalty.value < 0
 
 
+@pytest.mark.parametrize("path", ["-x.py", "--fix.py", "--config=ruff.py", "- .py"])
+def test_style_lints_files_whose_names_look_like_options(path: str) -> None:
+    # Found by RL: a file named like an option made ruff exit 2 and the style reward
+    # go missing for the episode.
+    messy = change({}, {path: "import os\ndef total(n):\n    return n == None\n"}, task=TASK)
+    penalty = StyleReward().composer_reward(messy)
+    assert penalty is not None and penalty.value < 0
+
+
 def test_what_style_cannot_tell() -> None:
     # Deleting code adds no lines, so nothing is linted: no penalty for a destructive change.
     deleted = change(

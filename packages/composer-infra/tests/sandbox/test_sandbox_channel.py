@@ -7,6 +7,7 @@ commands still start clean, and what happens when its host side or its superviso
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -100,6 +101,93 @@ def test_each_command_starts_clean(make_sandbox: MakeSandbox) -> None:
     assert lines[-1] == str(TEST_CONFIG.limits.cpu_seconds)
     # Only stdin, stdout and stderr reach the command (and `ls` its own directory fd).
     assert sandbox.run("ls /proc/self/fd").output.split() == ["0", "1", "2", "3"]
+
+
+CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+
+
+@pytest.mark.skipif(CLONE_SYSCALL is None, reason="clone's syscall number for this machine")
+def test_the_command_returns_only_after_everything_it_started_is_gone(
+    make_sandbox: MakeSandbox,
+) -> None:
+    """The command's init kills and reaps every other process of its namespace before it
+    answers, so `run` returns without waiting for init's own exit. What that must still
+    catch: a child made by a raw clone with no exit signal (which a plain wait() never
+    reports), a fork chain racing the kill, and a setsid daemon."""
+    marker = f"composer-survivor-{uuid.uuid4().hex[:8]}"
+    sandbox = make_sandbox("bwrap")
+    runtime = channel_of(sandbox)
+    sandbox.write_file(
+        f"{marker}.py",
+        textwrap.dedent(
+            f"""
+            import ctypes, os, time
+            libc = ctypes.CDLL(None, use_errno=True)
+            # clone(flags=0): a copy of this process whose exit signals nobody.
+            if libc.syscall({CLONE_SYSCALL}, 0, None, None, None, None) == 0:
+                time.sleep(1000)
+            if os.fork() == 0:  # a chain that keeps forking while init kills
+                while True:
+                    if os.fork():
+                        os._exit(0)
+            if os.fork() == 0:
+                os.setsid()
+                time.sleep(1000)
+            time.sleep(0.2)
+            """
+        ),
+    )
+    try:
+        for _ in range(3):
+            result = sandbox.run(f"python {marker}.py; echo started")
+            assert "started" in result.output, result.output
+            assert not host_processes_with(marker)
+            assert "emptied" in runtime.channel.last_trace  # type: ignore[union-attr]
+        # An ordinary command takes the same path (the host did not wait on init's exit).
+        assert sandbox.run("true").ok
+        assert "emptied" in runtime.channel.last_trace  # type: ignore[union-attr]
+    finally:
+        for pid in host_processes_with(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _waiting_inits(uid: int) -> list[int]:
+    """The supervisor's forks that run as the sandbox uid and have no command yet."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()
+        if int(uids[1]) == uid and b"bwrap exec channel" in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_waiting_inits_that_die_are_replaced(make_sandbox: MakeSandbox) -> None:
+    """Two inits wait ready (a command right behind another need not wait for one to be
+    made); killed while waiting (the cgroup's OOM killer, say), they are made again and
+    the next command runs."""
+    sandbox = make_sandbox("bwrap")
+    runtime = channel_of(sandbox)
+    assert sandbox.run("true").ok
+    uid = runtime.owner[0]  # type: ignore[index]
+    assert wait_until(lambda: len(_waiting_inits(uid)) == 2)
+    killed = _waiting_inits(uid)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    # Dead, reaped or not: a command handed to an init in the instant between its
+    # SIGKILL and its death dies with it, as any command killed under it would.
+    assert wait_until(lambda: not any(alive(pid) for pid in killed))
+    for n in range(3):
+        result = sandbox.run(f"echo {n}")
+        assert result.ok and result.output == f"{n}\n", result.output
+    assert wait_until(lambda: len(_waiting_inits(uid)) == 2)
 
 
 def test_concurrent_commands_keep_their_output(make_sandbox: MakeSandbox) -> None:

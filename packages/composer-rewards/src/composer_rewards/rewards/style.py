@@ -73,7 +73,10 @@ def run_ruff(files: dict[str, str], settings: StyleSettings) -> list[RuffFinding
             "--output-format=json",
             f"--line-length={settings.line_length}",
             f"--select={','.join(settings.select)}",
-            *sorted(files),
+            # Paths are the policy's: one named "-x.py" must not be read as an option
+            # (found by RL: a file named "- " made ruff fail and the reward go missing).
+            "--",
+            *sorted(str(_safe_relative(path)) for path in files),
         ]
         completed = subprocess.run(
             command,

@@ -7,10 +7,12 @@ host side means real root with capabilities inside the mount, pid, net, ipc and 
 namespaces bwrap made), so it can give each command what one bwrap per command gave:
 
 - a pid namespace of its own, whose init (a fork of this process) starts the command
-  as pid 2: when the command's shell exits, init exits, and the kernel kills every
-  process left in the namespace (daemons that called setsid included) before the
-  supervisor can reap init; only then is the result sent, so "every process the
-  command started is gone on return" holds as before;
+  as pid 2: when the command's shell exits, init kills and reaps every process left
+  in the namespace (daemons that called setsid, clone children with no exit signal)
+  and checks its /proc is empty before it answers, so "every process the command
+  started is gone on return" holds as before; should that check fail, init just
+  exits and the host waits for that exit, by which the kernel has emptied the
+  namespace;
 - a mount namespace of its own with a fresh /proc (the command sees only its own
   processes, not the supervisor) and a fresh size-limited /tmp (nothing a command
   leaves in /tmp reaches the next one, as with one bwrap per command);
@@ -19,9 +21,12 @@ namespaces bwrap made), so it can give each command what one bwrap per command g
   emptied), no supplementary groups and no-new-privs, then `/bin/sh -c command`.
 
 What makes it cheap: the next command's init is made ahead (fork, namespaces,
-mounts, limits, uid), right after the previous command was handed over, and waits
-for its command; a request is then one socket message to it and a `posix_spawn` of
-the shell. A command's mount namespace is held open by the supervisor until its
+mounts, limits, uid) and waits for its command; a request is then one socket message
+to it and a `posix_spawn` of the shell. It is made once the previous command is over,
+or 5 ms into it (`PREPARE_DELAY`), not while a short command runs: on two cores the
+fork and mounts took a third of a short command's time. Init answers the host itself
+before its own exit, whose teardown of this forked interpreter's address space is
+half a millisecond nobody needs to wait for. A command's mount namespace is held open by the supervisor until its
 reply is sent and then dropped by a helper process (`release`), so the unmounts and
 their RCU grace period are paid by nobody who waits.
 
@@ -29,9 +34,10 @@ Protocol (unix SOCK_SEQPACKET, the control socket passed in by fd number): a req
 is one message, JSON `{"command": str}` with two descriptors, the write end of the
 output pipe and one end of a fresh per-command socket pair. The reply is one message
 on that per-command socket, JSON `{"exit_code": int | null, "trace": {...}}` or
-`{"error": str}`, sent after the command's namespace is gone; the trace holds
-CLOCK_MONOTONIC times (request received, handed to the waiting init, next init
-prepared, init reaped) the host uses to say where a command's time goes. Anything the
+`{"error": str}`, sent after the command's namespace is gone (the command's init sends
+`{"init_exit_code": int, "emptied": true, "trace": {...}}` on it first, once it has
+killed and reaped everything else of its namespace); the trace holds
+CLOCK_MONOTONIC times (request received, handed to the waiting init, init reaped) the host uses to say where a command's time goes. Anything the
 host sends on the per-command socket, or its closing, kills the command's namespace
 (timeouts and output caps are the host's). The control socket closing (the host closed
 the sandbox or died) kills every running command and ends the supervisor, and with it
@@ -60,6 +66,9 @@ MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+READY_INITS = 2  # waiting inits: a command right behind another need not wait for one
+PREPARE_DELAY = 0.005  # seconds into a running command before the next init is made
+WAIT_ALL = 0x40000000  # __WALL: wait for every kind of child (clone children included)
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -158,8 +167,9 @@ def _init(config: dict, link: socket.socket) -> None:
     rlimits, the sandbox uid without capabilities), then waits on `link` for the
     command and its output descriptor, spawns `/bin/sh -c command` (posix_spawn: no
     second Python fork), reaps whatever gets orphaned and exits with the shell's
-    status. Its exit ends the namespace: the kernel kills what the command left.
-    RLIMIT_NPROC counts init too (it runs as the sandbox uid), so it is one higher.
+    status, after killing and reaping what the command left (`_empty_namespace`).
+    RLIMIT_NPROC counts the inits too (they run as the sandbox uid: this one and the
+    `READY_INITS` waiting), so it is that much higher.
     """
     code = 126
     try:
@@ -169,7 +179,7 @@ def _init(config: dict, link: socket.socket) -> None:
         _fresh_mounts(config)
         os.chdir(config["cwd"])
         for name, value in config["rlimits"]:
-            extra = 1 if name == "RLIMIT_NPROC" else 0
+            extra = 1 + READY_INITS if name == "RLIMIT_NPROC" else 0
             resource.setrlimit(getattr(resource, name), (value + extra, value + extra))
         _drop_privileges(config["uid"], config["gid"], config["last_cap"])
         # Die with the supervisor (bwrap's own init outlives it while any process is
@@ -210,18 +220,51 @@ def _init(config: dict, link: socket.socket) -> None:
     trace["spawned"] = time.monotonic()
     os.close(out_fd)
     while True:
-        pid, status = os.wait()
+        pid, status = os.waitpid(-1, WAIT_ALL)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
             code = 128 - code if code < 0 else code
-            # Straight to the host, which learns our pid from the message's credentials
-            # and waits on a pidfd for our exit (the namespace emptied): one wake-up
-            # fewer than the supervisor reaping us and replying. The supervisor's own
-            # reply still comes, for when we die before this is sent.
-            with contextlib.suppress(OSError):
-                trace["ended"] = time.monotonic()
-                reply.send(json.dumps({"init_exit_code": code, "trace": trace}).encode())
-            os._exit(code)
+            break
+    trace["ended"] = time.monotonic()
+    emptied = _empty_namespace()
+    trace["emptied"] = time.monotonic()
+    # Straight to the host, which learns our pid from the message's credentials. With
+    # `emptied` every other process of the namespace is dead and reaped, so the host
+    # returns now and our own exit (tearing down this forked interpreter's address space,
+    # half a millisecond) is off its path. Without it the host waits on a pidfd for our
+    # exit: the kernel empties the namespace before init counts as exited. The
+    # supervisor's own reply still comes, for when we die before this is sent.
+    answer: dict = {"init_exit_code": code, "trace": trace}
+    if emptied:
+        answer["emptied"] = True
+    with contextlib.suppress(OSError):
+        reply.send(json.dumps(answer).encode())
+    os._exit(code)
+
+
+def _empty_namespace(attempts: int = 3) -> bool:
+    """Kill and reap every other process of this pid namespace (we are its pid 1).
+
+    What the kernel does when a namespace's init exits, done before our exit: kill(-1)
+    reaches every process of the namespace (same uid, and nothing here can change
+    uid); a fork racing it either is seen by it or fails, because the forking parent
+    already has the signal pending. Killed processes' children are reparented to us, so
+    reaping (any kind of child: `WAIT_ALL`) until there is none leaves no process but
+    us; our own /proc, which shows only this namespace, confirms it. False if it still
+    shows another (then the host waits for our exit instead)."""
+    for _ in range(attempts):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+        while True:
+            try:
+                os.waitpid(-1, WAIT_ALL)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+        if all(name == "1" or not name.isdigit() for name in os.listdir("/proc")):
+            return True
+    return False
 
 
 def _report_failure(link: socket.socket, error: BaseException) -> None:
@@ -235,9 +278,10 @@ def _report_failure(link: socket.socket, error: BaseException) -> None:
 class Supervisor:
     """The event loop: requests on the control socket, kills, reaped namespaces.
 
-    One command's namespace (its init, set up and waiting) is always made ahead, right
-    after the previous command was handed over, so a request costs a socket message to
-    that init and its posix_spawn of the shell, not a fork of this Python process.
+    One command's namespace (its init, set up and waiting) is made ahead, once the
+    previous command is over or `PREPARE_DELAY` into it, so a request normally costs a
+    socket message to that init and its posix_spawn of the shell, not a fork of this
+    Python process (a request that finds none waits for one to be made).
     """
 
     def __init__(self, config: dict) -> None:
@@ -256,13 +300,15 @@ class Supervisor:
         self.trace: dict[int, dict[str, float]] = {}
         self.held: dict[int, int] = {}  # init pid -> its mount namespace, held open
         self.closer: tuple[int, socket.socket] | None = None  # init pid -> when what happened
-        self.ready: tuple[int, socket.socket] | None = None  # a prepared init, its link
+        self.ready: list[tuple[int, socket.socket]] = []  # prepared inits and their links
+        self.prepare_at: float | None = None  # when to make the next init (see `request`)
         self.pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.mount_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
     def prepare(self) -> None:
-        """Make the next command's init in a new pid and mount namespace."""
-        if self.ready is not None:
+        """Make one more waiting init in a new pid and mount namespace (up to
+        `READY_INITS`)."""
+        if len(self.ready) >= READY_INITS:
             return
         ours, link = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         init = -1
@@ -283,7 +329,7 @@ class Supervisor:
                 _check(_libc.setns(self.pid_ns, CLONE_NEWPID), "setns pid")
                 _check(_libc.setns(self.mount_ns, CLONE_NEWNS), "setns mnt")
         link.close()
-        self.ready = (init, ours)
+        self.ready.append((init, ours))
         with contextlib.suppress(OSError):
             self.held[init] = os.open(f"/proc/{init}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
@@ -308,13 +354,22 @@ class Supervisor:
         out_fd, reply_fd = fds
         reply = socket.socket(fileno=reply_fd)
         try:
-            self.prepare()  # normally made already, after the previous command
-            assert self.ready is not None
-            init, link = self.ready
-            self.ready = None
             request = json.dumps({**json.loads(message), "received": received}).encode()
-            socket.send_fds(link, [request], [out_fd, reply_fd])
-            link.close()
+            for attempt in range(READY_INITS + 1):
+                if not self.ready:
+                    self.prepare()  # normally made already, after the previous command
+                init, link = self.ready.pop(0)
+                try:
+                    socket.send_fds(link, [request], [out_fd, reply_fd])
+                except OSError:
+                    # It died waiting (killed under memory pressure) and is not reaped
+                    # yet: take the next one.
+                    link.close()
+                    if attempt == READY_INITS:
+                        raise
+                    continue
+                link.close()
+                break
         except Exception as error:  # a fork refused by pids.max, say
             self.send(reply, {"error": str(error)})
             return True
@@ -323,13 +378,17 @@ class Supervisor:
         forwarded = time.monotonic()
         self.running[init] = reply
         self.selector.register(reply, selectors.EVENT_READ, init)
-        with contextlib.suppress(OSError):
-            self.prepare()
-        self.trace[init] = {
-            "received": received,
-            "forwarded": forwarded,
-            "prepared": time.monotonic(),
-        }
+        # The replacement is made once this command is over, or PREPARE_DELAY from now
+        # if it is still running: made at once, its fork and mounts took a core from
+        # this command (on two cores, a third of a short command's time). A command
+        # right behind this one takes the second waiting init meanwhile; only when none
+        # is left (commands back to back) is one made now, as the next request would
+        # otherwise wait for it.
+        if not self.ready:
+            with contextlib.suppress(OSError):
+                self.prepare()
+        self.prepare_at = forwarded + PREPARE_DELAY
+        self.trace[init] = {"received": received, "forwarded": forwarded}
         return True
 
     @staticmethod
@@ -354,9 +413,9 @@ class Supervisor:
             if self.closer is not None and self.closer[0] == pid:
                 self.closer[1].close()
                 self.closer = None
-            if self.ready is not None and self.ready[0] == pid:
-                self.ready[1].close()  # a prepared init died (killed under memory pressure)
-                self.ready = None
+            for waiting in [r for r in self.ready if r[0] == pid]:
+                waiting[1].close()  # a prepared init died (killed under memory pressure)
+                self.ready.remove(waiting)
             reply = self.running.pop(pid, None)
             if reply is not None:
                 with contextlib.suppress(KeyError):
@@ -367,6 +426,8 @@ class Supervisor:
             held = self.held.pop(pid, None)
             if held is not None:
                 self.release(held)
+            if reply is not None and not self.running:
+                self.prepare_at = time.monotonic()  # idle: make the next init now
 
     def start_closer(self) -> None:
         """A child that closes the mount namespaces the supervisor held (see `release`)."""
@@ -414,8 +475,12 @@ class Supervisor:
             self.start_closer()
         with contextlib.suppress(OSError):
             self.prepare()
+        self.prepare_at = time.monotonic()
         while True:
-            for key, _ in self.selector.select():
+            wait = None
+            if len(self.ready) < READY_INITS and self.prepare_at is not None:
+                wait = max(0.0, self.prepare_at - time.monotonic())
+            for key, _ in self.selector.select(timeout=wait):
                 if key.data == "control":
                     if not self.request():
                         self.shutdown()
@@ -430,12 +495,25 @@ class Supervisor:
                     self.kill(key.data)
                     self.selector.unregister(key.fileobj)
                     # The reply still goes out once the namespace is reaped.
+            if (
+                len(self.ready) < READY_INITS
+                and self.prepare_at is not None
+                and time.monotonic() >= self.prepare_at
+            ):
+                # One at a time, so a request that came meanwhile is read first.
+                try:
+                    self.prepare()
+                except OSError:
+                    self.prepare_at = None  # pids.max, say: the next request tries again
+                else:
+                    if len(self.ready) >= READY_INITS:
+                        self.prepare_at = None
 
     def shutdown(self) -> None:
         if self.closer is not None:
             self.closer[1].close()  # it exits on EOF
-        if self.ready is not None:
-            self.kill(self.ready[0])
+        for init, _ in self.ready:
+            self.kill(init)
         for init in list(self.running):
             self.kill(init)
         while True:

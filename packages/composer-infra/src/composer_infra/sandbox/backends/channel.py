@@ -13,6 +13,9 @@ uid (see its docstring), so the per-command guarantees stay what they were:
 - the deadline is the host's: past it (or past the output cap) the host asks the
   supervisor to SIGKILL the command's namespace init, which ends every process of the
   command; the reply only comes once that namespace is gone;
+- `run` returns once the command's init reports that it killed and reaped every other
+  process of its namespace (`emptied`), or, without that report, once init has exited
+  (a pidfd), by which the kernel has emptied the namespace;
 - when the host side closes the channel (or dies: the control socket closes with it),
   the supervisor kills every command and exits, and bwrap with it; `close` makes sure
   with SIGKILL to bwrap's init (and the sandbox cgroup) if it does not.
@@ -248,10 +251,13 @@ class ExecChannel:
                                     "exit_code": message["init_exit_code"],
                                     "trace": message.get("trace", {}),
                                 }
-                                pidfd = _pidfd(pid)
-                                if pidfd is None:  # already gone (and reaped)
+                                # `emptied`: init killed and reaped every other process
+                                # of its namespace; otherwise wait for init's exit.
+                                pidfd = None if message.get("emptied") else _pidfd(pid)
+                                if pidfd is None:  # emptied, or init already gone
                                     reply = init_status
                                     trace["replied"] = time.monotonic()
+                                    selector.unregister(mine)
                                 else:
                                     selector.register(pidfd, selectors.EVENT_READ, "pidfd")
                             elif "init_exit_code" not in message and reply is None:
