@@ -214,6 +214,7 @@ QUICK_BENCHMARK_ARGS: dict[str, list[str]] = {
     "packages/composer-rl/benchmarks/bench_async_vs_sync.py": ["--quick", "--local"],
     "packages/composer-rl/benchmarks/learning_margin.py": ["--quick"],
     "packages/composer-rl/benchmarks/mtp_gradient_share.py": ["--quick"],
+    "packages/composer-rl/benchmarks/rl_fit_fixed_tasks.py": ["--quick"],
     "packages/composer-rl/benchmarks/bench_rollout.py": [
         "--templates", "1", "--steps", "1", "--max-turns", "1", "--max-new-tokens", "4",
         "--repeats", "1", "--backend", "process",
