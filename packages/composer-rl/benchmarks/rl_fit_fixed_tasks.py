@@ -94,7 +94,9 @@ def training_curve(run_dir: Path, parts: int = 4) -> list[tuple[float, float, in
     for start in range(0, len(ordered), size):
         rates = [sum(g) / len(g) for g in ordered[start : start + size]]
         se = statistics.stdev(rates) / math.sqrt(len(rates)) if len(rates) > 1 else math.nan
-        out.append((statistics.fmean(rates), se, sum(len(g) for g in ordered[start : start + size])))
+        out.append(
+            (statistics.fmean(rates), se, sum(len(g) for g in ordered[start : start + size]))
+        )
     return out
 
 
