@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from composer_rl.eval.stats import mean_se
 from composer_rl.rl.compare import PolicyScores, score_policy
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
@@ -92,20 +93,15 @@ def training_curve(run_dir: Path, parts: int = 4) -> list[tuple[float, float, in
     out = []
     size = max(1, math.ceil(len(ordered) / parts))
     for start in range(0, len(ordered), size):
-        rates = [sum(g) / len(g) for g in ordered[start : start + size]]
-        se = statistics.stdev(rates) / math.sqrt(len(rates)) if len(rates) > 1 else math.nan
-        out.append(
-            (statistics.fmean(rates), se, sum(len(g) for g in ordered[start : start + size]))
-        )
+        part = ordered[start : start + size]
+        mean, se = mean_se(sum(g) / len(g) for g in part)
+        out.append((mean, se, sum(len(g) for g in part)))
     return out
 
 
 def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
     """Mean of b - a over the tasks both scored, and its standard error."""
-    diffs = [b[t] - a[t] for t in a if t in b]
-    if len(diffs) < 2:
-        return (statistics.fmean(diffs) if diffs else math.nan), math.nan
-    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean_se(b[t] - a[t] for t in a if t in b)
 
 
 def main() -> int:

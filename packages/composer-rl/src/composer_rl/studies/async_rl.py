@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import statistics
 import tempfile
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from composer_rl.eval.stats import mean_se
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl
@@ -54,14 +54,6 @@ QUICK = Sizes(steps=3, group_size=2, groups_per_step=1, local=True)
 FULL = Sizes(steps=12, group_size=8, groups_per_step=2, local=False)
 
 
-def _mean_se(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    mean = statistics.fmean(values)
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return mean, se
-
-
 def summarize(history: list[dict[str, Any]], seconds: float, run_dir: Path) -> dict[str, Any]:
     """One run's figures from its per-step metrics and its episode log."""
     lags: Counter[int] = Counter()
@@ -74,8 +66,8 @@ def summarize(history: list[dict[str, Any]], seconds: float, run_dir: Path) -> d
         if line.strip()
     ]
     scored = [e for e in episodes if e["reward"] is not None]
-    reward, reward_se = _mean_se([float(e["reward"]) for e in scored])
-    solve, solve_se = _mean_se([float(e["solved"]) for e in scored])
+    reward, reward_se = mean_se([float(e["reward"]) for e in scored])
+    solve, solve_se = mean_se([float(e["solved"]) for e in scored])
     return {
         "seconds": seconds,
         "steps": len(history),
