@@ -107,8 +107,9 @@ def compare_modes(
     for mode in MODES:
         run_dir = work / mode
         began = time.monotonic()
-        history = _one_run(model, run_dir, sizes, overrides, seed, mode == "sync")
+        history, bound = _one_run(model, run_dir, sizes, overrides, seed, mode == "sync")
         results[mode] = summarize(history, time.monotonic() - began, run_dir)
+        results[mode]["max_off_policy_steps"] = bound
     return results
 
 
@@ -119,7 +120,8 @@ def _one_run(
     overrides: dict[str, object] | None,
     seed: int,
     sync: bool,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], int]:
+    """One run's per-step metrics, and the staleness bound it ran under."""
     shutil.rmtree(run_dir, ignore_errors=True)
     config = load_config(
         None,
@@ -136,7 +138,7 @@ def _one_run(
             "eval.per_template": 0,
         },
     )
-    return run_rl(config)
+    return run_rl(config), config.loop.max_off_policy_steps
 
 
 def _figure(results: dict[str, dict[str, Any]]) -> Figure:
@@ -166,13 +168,13 @@ def _figure(results: dict[str, dict[str, Any]]) -> Figure:
     return fig
 
 
-def _verdict(results: dict[str, dict[str, Any]], max_lag: int) -> Verdict:
+def _verdict(results: dict[str, dict[str, Any]]) -> Verdict:
     s, a = results["sync"], results["async"]
     ratio = s["seconds"] / a["seconds"]
     diff = a["reward_mean"] - s["reward_mean"]
     noise = math.hypot(a["reward_se"], s["reward_se"])
     faster = ratio > 1.0
-    lag_low = a["token_lag_max"] <= max_lag
+    lag_low = a["token_lag_max"] <= a["max_off_policy_steps"]
     if math.isnan(noise):
         as_well: bool | None = None
         per_sample = "too few steps to compare the rewards"
@@ -208,7 +210,6 @@ def run(options: StudyOptions) -> StudyOutcome:
             model = random_checkpoint(work / "random-policy", seed=options.seed)
             overrides = dict(QUICK_RL_SETTINGS)
         results = compare_modes(model, work, sizes, overrides, seed=options.seed)
-    max_lag = int(load_config(None, {}).loop.max_off_policy_steps)
     rows = []
     for mode, r in results.items():
         lag_share = ", ".join(
@@ -257,7 +258,7 @@ def run(options: StudyOptions) -> StudyOutcome:
         ],
         rows=rows,
         figure=_figure(results),
-        verdict=_verdict(results, max_lag),
+        verdict=_verdict(results),
         numbers={
             "sizes": sizes.__dict__,
             "checkpoint": str(options.checkpoint) if options.checkpoint else None,

@@ -29,6 +29,7 @@ effect on a run's reward: that needs an RL configuration that learns (issue 12).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 import matplotlib
@@ -77,10 +78,15 @@ def build_policy(options: StudyOptions, sizes: Sizes) -> tuple[ComposerModel, li
     if options.checkpoint is not None:
         from composer_rl.agent.format import render_prompt
         from composer_rl.rl.compare import heldout_tasks
+        from composer_rl.tasks.model import Task
 
         model = load_pretrained(options.checkpoint, dtype=torch.float32).eval()
         tokenizer = ComposerTokenizer.from_file(options.checkpoint / "tokenizer.json")
-        tasks = heldout_tasks(per_template=max(1, sizes.prompts // 10 + 1), seed=options.seed)
+        by_template: dict[str, list[Task]] = {}
+        for task in heldout_tasks(per_template=sizes.prompts, seed=options.seed):
+            by_template.setdefault(str(task.metadata.get("template")), []).append(task)
+        # Round robin over the templates, so every template is in the prompts.
+        tasks = [t for row in zip_longest(*by_template.values()) for t in row if t is not None]
         prompts = [tokenizer.encode(render_prompt(t.instruction)) for t in tasks]
         return model, prompts[: sizes.prompts]
     torch.manual_seed(options.seed)

@@ -22,11 +22,12 @@ namespaces bwrap made), so it can give each command what one bwrap per command g
 
 What makes it cheap: the next command's init is made ahead (fork, namespaces,
 mounts, limits, uid) and waits for its command; a request is then one socket message
-to it and a `posix_spawn` of the shell. It is made once the previous command is over,
-or 5 ms into it (`PREPARE_DELAY`), not while a short command runs: on two cores the
-fork and mounts took a third of a short command's time. Init answers the host itself
-before its own exit, whose teardown of this forked interpreter's address space is
-half a millisecond nobody needs to wait for. A command's mount namespace is held open by the supervisor until its
+to it and a `posix_spawn` of the shell. Two wait. A replacement is made once the
+previous command is over, or 5 ms into it (`PREPARE_DELAY`), not while a short command
+runs (unless none is left): on two cores its fork and mounts took a third of a short
+command's time. Init answers the host itself before its own exit, whose teardown of
+this forked interpreter's address space is half a millisecond nobody needs to wait
+for. A command's mount namespace is held open by the supervisor until its
 reply is sent and then dropped by a helper process (`release`), so the unmounts and
 their RCU grace period are paid by nobody who waits.
 
