@@ -53,9 +53,12 @@ def _grads(
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("long_path", [False, True], ids=["masked-sdpa", "per-document-sdpa"])
+@pytest.mark.parametrize("padded_values", [False, True], ids=["unfused", "values-padded"])
 def test_output_and_gradients_match_the_reference(
-    causal: bool, long_path: bool, monkeypatch: pytest.MonkeyPatch
+    causal: bool, long_path: bool, padded_values: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # v (8 wide) is narrower than q and k (16): padded to reach the fused CPU kernel, or not.
+    monkeypatch.setattr(attention_module, "PAD_VALUES_MIN_TOKENS", 0 if padded_values else 10**9)
     if long_path:
         monkeypatch.setattr(attention_module, "MASKED_SDPA_MAX_TOKENS", 8)
     else:
@@ -131,3 +134,31 @@ def test_bad_inputs_are_clear_errors() -> None:
         attention(q[None], k, v)
     with pytest.raises(ValueError, match="integer"):
         attention(q, k, v, cu_seqlens=torch.tensor([0.0, 40.0]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("padded_values", [False, True], ids=["unfused", "values-padded"])
+def test_documents_of_one_length_go_through_one_batched_call(
+    causal: bool, padded_values: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(attention_module, "PAD_VALUES_MIN_TOKENS", 0 if padded_values else 10**9)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[0].shape)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    cu = [0, 10, 20, 30, 40]  # a [4, 10] batch, packed
+    q, k, v = _qkv()
+    out = attention(q, k, v, cu_seqlens=torch.tensor(cu), causal=causal, softmax_scale=0.3)
+    assert calls == [(4, 4, 10, 16)]  # [batch, heads, tokens, width]: one call for all four
+    ref, _ = _reference(q, k, v, cu, causal, 0.3)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(out)
+    for ours, theirs in zip(
+        _grads(out, (q, k, v), g), _grads(ref, (q, k, v), g.double()), strict=True
+    ):
+        torch.testing.assert_close(ours.double(), theirs.double(), atol=1e-5, rtol=1e-5)

@@ -32,6 +32,8 @@ MASKED_SDPA_MAX_TOKENS = 8192
 # 2 CPU cores, 8 documents in 2048 tokens 1.3x and 16 in 4096 1.9x faster than the
 # mask; 64 documents in 2048 tokens 2.3x slower, from per-call overhead).
 PER_DOCUMENT_MAX_DOCS = 16
+# From this many tokens a call pads narrower values to reach SDPA's fused CPU kernel.
+PAD_VALUES_MIN_TOKENS = 512
 
 
 def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
@@ -118,18 +120,36 @@ def _sdpa(
     causal: bool,
     scale: float,
     mask: torch.Tensor | None = None,
+    batch: int = 1,
 ) -> torch.Tensor:
-    """SDPA on [T, H, D] tensors (grouped-query heads expanded by SDPA itself)."""
+    """SDPA on [T, H, D] tensors that hold `batch` documents of equal length, back to back
+    (grouped-query heads expanded by SDPA itself).
+
+    On the CPU, SDPA's fused (flash) kernel needs values as wide as queries and keys;
+    MLA's are narrower (128 against 192 in DeepSeek-V3), which sends the call to the
+    unfused path that materialises the scores. Zero columns appended to v give zero
+    output columns, sliced off again. `benchmarks/bench_attention.py` (2 cores, forward +
+    backward, tiny's widths): 2x on 2048 tokens with a document mask, none on documents
+    of 256, where the unfused path is cheap; hence the length threshold.
+    """
+    width = v.shape[-1]
+    pad = q.shape[-1] - width
+    if pad > 0 and q.device.type == "cpu" and q.shape[0] // batch >= PAD_VALUES_MIN_TOKENS:
+        v = F.pad(v, (0, pad))
+
+    def heads_first(x: torch.Tensor) -> torch.Tensor:  # [T, H, D] -> [batch, H, T/batch, D]
+        return x.view(batch, x.shape[0] // batch, *x.shape[1:]).transpose(1, 2)
+
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1),
-        k.transpose(0, 1),
-        v.transpose(0, 1),
+        heads_first(q),
+        heads_first(k),
+        heads_first(v),
         attn_mask=mask,
         is_causal=causal and mask is None,
         scale=scale,
         enable_gqa=k.shape[1] != q.shape[1],
     )
-    return out.transpose(0, 1)
+    return out.transpose(1, 2).reshape(q.shape[0], q.shape[1], -1)[..., :width]
 
 
 def _explicit_with_lse(
@@ -192,6 +212,9 @@ def attention(
 
     if len(spans) <= 1:
         return _sdpa(q, k, v, causal, scale) if total else q.new_zeros(0, q.shape[1], v.shape[2])
+    if len({b - a for a, b in spans}) == 1 and spans[-1][1] == total:
+        # Documents of one length filling the pack (a [B, T] batch): one batched call.
+        return _sdpa(q, k, v, causal, scale, batch=len(spans))
     covered = sum((b - a) ** 2 for a, b in spans)
     few_documents = len(spans) <= PER_DOCUMENT_MAX_DOCS and 4 * covered <= total * total
     if total <= MASKED_SDPA_MAX_TOKENS and not few_documents:
@@ -200,4 +223,4 @@ def attention(
     return torch.cat([_sdpa(q[a:b], k[a:b], v[a:b], causal, scale) for a, b in spans], dim=0)
 
 
-__all__ = ["MASKED_SDPA_MAX_TOKENS", "PER_DOCUMENT_MAX_DOCS", "attention"]
+__all__ = ["MASKED_SDPA_MAX_TOKENS", "PAD_VALUES_MIN_TOKENS", "PER_DOCUMENT_MAX_DOCS", "attention"]
