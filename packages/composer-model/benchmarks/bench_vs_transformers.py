@@ -7,7 +7,9 @@ alternately; medians of --repeats. Prints, side by side:
   documents (ours masks attention per document; transformers gets the same row with
   position ids restarting per document, which its sdpa path does not mask: less work for it);
 - greedy decode tokens/s at batch 1, 4 and 32 (transformers' `generate` with its cache; same
-  prompts, same number of output tokens, and the outputs compared token for token).
+  prompts, same number of output tokens, and the outputs compared token for token), with our
+  engine's decode step run eagerly and captured (`compile_decode=True`: torch.compile; the
+  warm-up call pays the compile, the timed ones do not).
 
     uv run --group bench python packages/composer-model/benchmarks/bench_vs_transformers.py
 
@@ -46,6 +48,48 @@ def paired_medians(
     return statistics.median(a), statistics.median(b)
 
 
+def decode_row(
+    ours: ComposerModel,
+    theirs: DeepseekV3ForCausalLM,
+    batch: int,
+    captured: bool,
+    args: argparse.Namespace,
+) -> tuple[str, float, float, str]:
+    """Greedy decode of the same prompts by both; the first (warm-up) call also compiles."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, stop_token_ids=[])
+    prompts = torch.randint(0, ours.config.vocab_size, (batch, args.prompt_len))
+    outputs: dict[str, list[list[int]]] = {}
+
+    def decode_ours() -> None:
+        engine = InferenceEngine(ours, max_batch_size=batch, compile_decode=captured)
+        outputs["ours"] = [r.token_ids for r in engine.generate(prompts.tolist(), params)]
+        if engine.captured is not None and not engine.captured.active:
+            raise SystemExit(f"captured decode failed: {engine.captured.failure}")
+
+    @torch.no_grad()
+    def decode_theirs() -> None:
+        out = theirs.generate(
+            prompts,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            attention_mask=torch.ones_like(prompts),
+            pad_token_id=0,
+        )
+        outputs["theirs"] = out[:, args.prompt_len :].tolist()
+
+    d_ours, d_theirs = paired_medians(decode_ours, decode_theirs, args.repeats)
+    same = sum(a == b for a, b in zip(outputs["ours"], outputs["theirs"], strict=True))
+    generated = batch * args.new_tokens
+    label = "captured" if captured else "eager"
+    return (
+        f"greedy decode batch {batch}, {args.prompt_len}+{args.new_tokens}, ours {label}",
+        generated / d_ours,
+        generated / d_theirs,
+        f"identical {same}/{batch}",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -55,8 +99,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--decode-batches", type=int, nargs="+", default=[1, 4, 32])
+    parser.add_argument("--decode-batches", type=int, nargs="*", default=[1, 4, 32])
     parser.add_argument("--train-shapes", nargs="*", default=["4x256", "packed1x2048"])
+    parser.add_argument(
+        "--decode-modes",
+        nargs="+",
+        choices=["eager", "captured"],
+        default=["eager", "captured"],
+        help="our engine's decode step eagerly and/or captured (compile_decode=True)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (CI)")
     args = parser.parse_args()
     if args.quick:
@@ -125,44 +176,9 @@ def main() -> None:
 
     ours.eval()
     theirs.eval()
-    params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, stop_token_ids=[])
-    for batch in args.decode_batches:
-        prompts = torch.randint(0, config.vocab_size, (batch, args.prompt_len))
-        outputs: dict[str, list[list[int]]] = {}
-
-        def decode_ours(
-            prompts: torch.Tensor = prompts,
-            batch: int = batch,
-            outputs: dict[str, list[list[int]]] = outputs,
-        ) -> None:
-            engine = InferenceEngine(ours, max_batch_size=batch)
-            outputs["ours"] = [r.token_ids for r in engine.generate(prompts.tolist(), params)]
-
-        @torch.no_grad()
-        def decode_theirs(
-            prompts: torch.Tensor = prompts, outputs: dict[str, list[list[int]]] = outputs
-        ) -> None:
-            out = theirs.generate(
-                prompts,
-                max_new_tokens=args.new_tokens,
-                min_new_tokens=args.new_tokens,
-                do_sample=False,
-                attention_mask=torch.ones_like(prompts),
-                pad_token_id=0,
-            )
-            outputs["theirs"] = out[:, args.prompt_len :].tolist()
-
-        d_ours, d_theirs = paired_medians(decode_ours, decode_theirs, args.repeats)
-        same = sum(a == b for a, b in zip(outputs["ours"], outputs["theirs"], strict=True))
-        generated = batch * args.new_tokens
-        rows.append(
-            (
-                f"greedy decode batch {batch}, {args.prompt_len}+{args.new_tokens}",
-                generated / d_ours,
-                generated / d_theirs,
-                f"identical {same}/{batch}",
-            )
-        )
+    for mode in args.decode_modes:
+        for batch in args.decode_batches:
+            rows.append(decode_row(ours, theirs, batch, mode == "captured", args))
 
     print(f"| what | ours tok/s | transformers tok/s | ratio | |\n|{' --- |' * 5}")
     for what, a, b, note in rows:

@@ -37,8 +37,8 @@ from typing import Literal
 import torch
 
 from composer_model.engine.cache import LatentKVCache
+from composer_model.engine.captured import CapturedDecode
 from composer_model.engine.sampling import SamplingParams, sample, sampling_logprobs
-from composer_model.layers.moe import Routing
 from composer_model.model import ComposerModel
 from composer_model.tokenizer import ComposerTokenizer
 
@@ -113,6 +113,7 @@ class InferenceEngine:
         max_seq_len: int | None = None,
         version: int = 0,
         speculative: bool = False,
+        compile_decode: bool = False,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -147,6 +148,8 @@ class InferenceEngine:
             layer_offset=self.config.num_hidden_layers,
             max_capacity=self.max_seq_len,
         )
+        # The one-new-token step compiled (CPU and GPU); prefill and verification stay eager.
+        self.captured = CapturedDecode(model) if compile_decode else None
         self.stats = EngineStats()
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
@@ -411,21 +414,31 @@ class InferenceEngine:
             new_lengths.to(self.device),
         )
         want_routing = any(s.params.return_routing for s in seqs)
-        view = self.cache.view(slots, new_lengths)
-        logits, hidden, routing = self.model.forward_cached(
-            ids, positions, new_lengths, view, return_routing=want_routing
-        )
+        captured = None
+        if self.captured is not None and n == 1:
+            self.cache.reserve(int(past.max()) + 1)
+            captured = self.captured(
+                ids[:, 0], slots, self.cache.lengths[slots], self.cache.buffers
+            )
+        if captured is not None:
+            logits, hidden, indices = captured
+        else:
+            view = self.cache.view(slots, new_lengths)
+            logits, hidden, routing = self.model.forward_cached(
+                ids, positions, new_lengths, view, return_routing=want_routing
+            )
+            indices = [r.indices for r in routing]
         self.cache.advance(slots, new_lengths)
         for row, seq in enumerate(seqs):
             seq.cached += int(new_lengths[row])
             if seq.params.return_routing:
-                self._record_routing(seq, routing, row, n, int(new_lengths[row]))
+                self._record_routing(seq, indices, row, n, int(new_lengths[row]))
         return logits, hidden, new_lengths
 
     def _record_routing(
-        self, seq: _Sequence, routing: list[Routing], row: int, n: int, count: int
+        self, seq: _Sequence, indices: list[torch.Tensor], row: int, n: int, count: int
     ) -> None:
-        per_layer = [r.indices.view(-1, n, r.indices.shape[-1])[row, :count] for r in routing]
+        per_layer = [i.view(-1, n, i.shape[-1])[row, :count] for i in indices]
         seq.routing.append(torch.stack(per_layer, dim=1).to(torch.int16).cpu())
 
     def _advance(self, seqs: list[_Sequence]) -> None:

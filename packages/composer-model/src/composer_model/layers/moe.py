@@ -181,6 +181,8 @@ class RoutedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Dispatch by sorting (token, slot) pairs by expert; one grouped GEMM per projection."""
+        if torch.compiler.is_compiling():
+            return self._forward_static(x, routing)
         top_k = routing.indices.shape[1]
         flat = routing.indices.flatten()
         order = torch.argsort(flat, stable=True)
@@ -192,6 +194,32 @@ class RoutedExperts(nn.Module):
         down = self._mm(F.silu(gate) * up, self.w_down, offsets)
         down = down * routing.weights.flatten()[order, None]
         return torch.zeros_like(x).index_add(0, token_of, down.to(x.dtype))
+
+    def _forward_static(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
+        """The same products with no data-dependent shapes, for a captured decode step.
+
+        Sorting by expert makes group sizes that only the data knows, which a captured graph
+        cannot hold. With few tokens (decode) two shapes of work are cheap instead: when every
+        expert is likely to be picked (E <= tokens x k), run all experts on all tokens and let
+        a zero gate drop the unpicked ones (0 x finite is exactly 0); otherwise gather each
+        token's k expert matrices. Only the summation order of the k terms differs from
+        `forward`. Quantized experts have no such path: capture fails and the caller falls
+        back to eager.
+        """
+        if self._mm is not grouped_mm:
+            raise NotImplementedError("quantized experts have no captured decode path")
+        tokens, top_k = routing.indices.shape
+        weights = routing.weights.to(x.dtype)
+        if self.num_experts <= tokens * top_k:
+            gates = x.new_zeros(tokens, self.num_experts).scatter(1, routing.indices, weights)
+            gate_up = torch.einsum("th,ehi->eti", x, self.w_gate_up)
+            gate, up = gate_up.split(self.intermediate, dim=-1)
+            down = torch.bmm(F.silu(gate) * up, self.w_down)  # [E, T, hidden]
+            return torch.einsum("eth,te->th", down, gates)
+        gate_up = torch.einsum("th,tkhi->tki", x, self.w_gate_up[routing.indices])
+        gate, up = gate_up.split(self.intermediate, dim=-1)
+        down = torch.einsum("tki,tkih->tkh", F.silu(gate) * up, self.w_down[routing.indices])
+        return (down * weights[..., None]).sum(1)
 
 
 class MoE(nn.Module):
