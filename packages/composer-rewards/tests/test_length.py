@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from composer_rewards import Episode, TokenCounts, length_cost
+from composer_rewards import Episode, TokenCounts, length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthPenalty, LengthSettings, LengthWeights
 
 
@@ -115,3 +115,20 @@ def test_configuration_arrives_through_the_hook_and_is_validated() -> None:
         penalty.composer_configure({"rewards": {"length": {"k": -1}}})
     with pytest.raises(ValueError, match=r"rewards\.length\.kk: Extra inputs are not permitted"):
         penalty.composer_configure({"rewards": {"length": {"kk": 1}}})
+
+
+@given(
+    x=st.floats(0, 1e5),
+    k=st.sampled_from([0.0, 1e-3, 0.05]),
+    q=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+)
+def test_the_inverse_recovers_x(x: float, k: float, q: float) -> None:
+    assert length_x_from_cost(length_cost(x, k, q), k, q) == pytest.approx(x, rel=1e-6, abs=1e-6)
+
+
+def test_the_inverse_refuses_a_cost_no_x_reaches() -> None:
+    # With q = 2 the cost is bounded by 1 / k.
+    with pytest.raises(ValueError, match="bounded"):
+        length_x_from_cost(1.0 / 0.05, 0.05, 2.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        length_x_from_cost(-1.0, 1e-3, 0.5)

@@ -31,7 +31,7 @@ from composer_rewards.loading import (
 )
 from composer_rewards.markers import PROJECT, hookimpl, hookspec
 from composer_rewards.results import MonitorReport, RewardComponent
-from composer_rewards.rewards.length import length_cost
+from composer_rewards.rewards.length import length_cost, length_x_from_cost
 from composer_rewards.scoring import (
     EpisodeScore,
     PluginError,
@@ -68,6 +68,7 @@ __all__ = [
     "hookspecs",
     "iter_entry_points",
     "length_cost",
+    "length_x_from_cost",
     "load_entry_point",
     "load_spec",
     "plugin_from_object",

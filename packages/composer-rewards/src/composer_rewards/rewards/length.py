@@ -35,6 +35,24 @@ def length_cost(x: float, k: float, q: float) -> float:
     return math.expm1((1.0 - q) * log_term) / (k * (1.0 - q))
 
 
+def length_x_from_cost(cost: float, k: float, q: float) -> float:
+    """The x whose cost is `cost`: the inverse of `length_cost` (which is strictly increasing).
+
+    Logs keep the weighted component, not x; this recovers x from it, e.g. to give a linear
+    penalty the strength of the concave one at a measured episode length.
+    """
+    if cost < 0 or k < 0 or q < 0:
+        raise ValueError(f"length_x_from_cost needs cost, k, q >= 0, got {cost}, {k}, {q}")
+    if k == 0.0:
+        return cost
+    if q == 1.0:
+        return math.expm1(k * cost) / k
+    base = k * (1.0 - q) * cost
+    if base <= -1.0:  # q > 1 bounds the cost: no x reaches it
+        raise ValueError(f"no x has cost {cost} at k={k}, q={q} (the cost is bounded)")
+    return math.expm1(math.log1p(base) / (1.0 - q)) / k
+
+
 class LengthWeights(BaseModel):
     """How much one unit of each kind of spending adds to x."""
 
