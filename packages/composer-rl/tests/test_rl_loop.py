@@ -98,3 +98,23 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
         load_config(None, {"loop.group_size": 1})
     with pytest.raises(ConfigError, match=r"unknown key 'loop\.groups'"):
         load_config(None, {"loop.groups": 3})
+
+
+def test_the_written_config_reads_back_to_the_same_config(tmp_path: Path) -> None:
+    """`config.toml` in a run directory is a config file: lists and tables included."""
+    from composer_rl.rl.config import to_toml
+
+    config = load_config(
+        None,
+        {
+            "plugins.block": ["style", "communication"],
+            "rewards.length.k": 0.0,
+            "rewards.length.weight": 8.6e-5,
+            "plugin_config.example_reward": {"bonus": 0.25, "name": 'a "quoted" word'},
+            "loop.steps": 7,
+            "rollout.compile_decode": True,
+        },
+    )
+    written = tmp_path / "config.toml"
+    written.write_text(to_toml(config))
+    assert load_config(written) == config

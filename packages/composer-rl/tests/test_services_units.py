@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -84,6 +85,46 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
         trainer.close()
         inference.close()
         evaluation.close()
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+    reason="inductor needs a C++ compiler to capture the decode step on the CPU",
+)
+def test_a_captured_engine_serves_each_published_version(tmp_path: Path) -> None:
+    """`compile_decode=True` through the store: the captured graph reads every new version."""
+    url = (tmp_path / "weights").as_uri()
+    config = micro_config()
+    trainer = TrainingService(
+        config,
+        url,
+        tmp_path / "ckpt",
+        TrainingConfig(optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0)),
+    )
+    eager = InferenceService(config, url)
+    captured = InferenceService(config, url, compile_decode=True)
+    prompts = [[5, 6, 7], [9, 9]]
+    try:
+        outputs = []
+        for expected_version in (0, 2):
+            pair = []
+            for service in (eager, captured):
+                assert service.sync() == expected_version
+                pair.append(service.generate(prompts, max_new_tokens=6, seed=3))
+            for a, b in zip(*pair, strict=True):
+                assert b.token_ids == a.token_ids
+                assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+                assert b.versions == a.versions == [expected_version] * len(a.token_ids)
+            outputs.append(pair[1])
+            for seed in range(2):
+                trainer.train_step(token_batch(seed=seed))
+            trainer.flush()
+        assert captured.engine.captured is not None and captured.engine.captured.active
+        assert [r.logprobs for r in outputs[0]] != [r.logprobs for r in outputs[1]]
+    finally:
+        trainer.close()
+        eager.close()
+        captured.close()
 
 
 def test_restarted_trainer_resumes_from_its_checkpoint_under_a_fresh_version(

@@ -12,10 +12,10 @@ import torch
 
 from composer_kernels import nvfp4_quantize
 from composer_rl import cli
-from composer_rl.studies import NOT_IMPLEMENTED, STUDIES, nvfp4_invariance
+from composer_rl.studies import NOT_IMPLEMENTED, STUDIES, length_penalty, nvfp4_invariance
 from composer_rl.studies.kl_estimators import measure_pair
 
-IMPLEMENTED = {"kl-estimators", "nvfp4-invariance", "router-replay", "async"}
+IMPLEMENTED = {"kl-estimators", "nvfp4-invariance", "router-replay", "async", "length-penalty"}
 ALL = [
     "cpt-vs-rl",
     "self-summary",
@@ -197,3 +197,120 @@ def test_async_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert result["numbers"]["ratio_sync_over_async"] == pytest.approx(
         sync["seconds"] / asynchronous["seconds"]
     )
+
+
+def _episode(
+    task: str,
+    difficulty: int,
+    tokens: int,
+    turns: int,
+    solved: bool,
+    version: int,
+    length: float = -0.05,
+) -> dict[str, Any]:
+    return {
+        "task": task,
+        "difficulty": difficulty,
+        "generated_tokens": tokens,
+        "turns": turns,
+        "solved": solved,
+        "versions": [version],
+        "reward": 1.0,
+        "components": {"length": length},
+    }
+
+
+def test_length_penalty_compares_the_same_tasks_paired_by_task() -> None:
+    late = {
+        "concave": [
+            _episode("a", 1, 50, 2, True, 5),
+            _episode("a", 1, 70, 2, True, 5),
+            _episode("b", 2, 200, 4, False, 5),
+            _episode("only-here", 1, 10, 1, True, 5),  # not attempted by every variant
+        ],
+        "linear": [_episode("a", 1, 40, 2, True, 5), _episode("b", 2, 100, 3, False, 5)],
+        "none": [
+            _episode("a", 1, 100, 3, True, 5),
+            _episode("a", 1, 120, 3, False, 5),
+            _episode("b", 2, 220, 4, True, 5),
+        ],
+    }
+    result = length_penalty.compare(late)
+    assert result["common_tasks"] == 2
+    easy = result["difficulties"]["1"]
+    assert easy["tasks"] == 1 and easy["variants"]["concave"]["episodes"] == 2
+    assert easy["variants"]["concave"]["generated_tokens"][0] == pytest.approx(60.0)
+    assert easy["variants"]["none"]["solved"][0] == pytest.approx(0.5)
+    # Per task: concave's mean (60) minus none's mean (110) on task a.
+    assert easy["vs_none"]["concave"]["generated_tokens"][0] == pytest.approx(-50.0)
+    assert easy["vs_none"]["linear"]["turns"][0] == pytest.approx(-1.0)
+    hard = result["difficulties"]["2"]
+    assert hard["vs_none"]["concave"]["solved"][0] == pytest.approx(-1.0)
+    assert hard["vs_none"]["linear"]["generated_tokens"][0] == pytest.approx(-120.0)
+
+
+def test_length_penalty_linear_weight_matches_the_concave_penalty_at_x_ref() -> None:
+    from composer_rewards import length_cost
+    from composer_rewards.rewards.length import LengthSettings
+
+    settings = LengthSettings()
+    costs = [length_cost(x, settings.k, settings.q) for x in (100.0, 400.0, 900.0)]
+    first = [
+        _episode(t, 1, 0, 0, False, 0, length=-settings.weight * c)
+        for t, c in zip("abc", costs, strict=True)
+    ]
+    later = [_episode("d", 1, 0, 0, False, 1, length=-1.0)]  # not the starting policy
+    x_ref = length_penalty.reference_x(first + later, settings)
+    assert x_ref == pytest.approx(400.0)
+    weight = length_penalty.linear_weight(settings, x_ref)
+    assert weight * x_ref == pytest.approx(settings.weight * costs[1])
+    assert length_penalty.late_episodes(first + later, steps=2) == later
+
+
+def test_length_penalty_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "runs"
+    assert (
+        cli.main(
+            [
+                "study",
+                "length-penalty",
+                "--quick",
+                "--out",
+                str(tmp_path / "lp"),
+                "--work-dir",
+                str(work),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    result = json.loads((tmp_path / "lp" / "result.json").read_text())
+    numbers = result["numbers"]
+    # Three real runs of the loop, the same number of steps each, kept in --work-dir.
+    assert numbers["steps_trained"] == {"concave": 8, "linear": 8, "none": 8}
+    for variant in ("concave", "linear", "none"):
+        assert (work / variant / "episodes" / "episodes.jsonl").is_file()
+    # Each run read the length settings it was given.
+    assert numbers["settings"]["none"]["weight"] == 0.0
+    assert numbers["settings"]["linear"]["k"] == 0.0
+    assert numbers["x_ref"] > 0
+    none_eps = length_penalty.read_episodes(work / "none")
+    assert all(e["components"].get("length", 0.0) == 0.0 for e in none_eps)
+    linear_eps = length_penalty.read_episodes(work / "linear")
+    assert any(e["components"]["length"] < 0 for e in linear_eps)
+    assert (tmp_path / "lp" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for counts in numbers["groups"].values():
+        assert counts["generated"] >= 8 and 0 <= counts["mixed_correctness"] <= counts["generated"]
+    assert numbers["reused_runs"] == []
+    # Run again on the same --work-dir: the finished runs are analysed, not rerun.
+    again = tmp_path / "lp-again"
+    assert (
+        cli.main(
+            ["study", "length-penalty", "--quick", "--out", str(again), "--work-dir", str(work)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    second = json.loads((again / "result.json").read_text())["numbers"]
+    assert second["reused_runs"] == ["concave", "linear", "none"]
+    assert second["comparison"] == numbers["comparison"]

@@ -41,9 +41,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--checkpoint",
         type=Path,
-        help="nvfp4-invariance, router-replay, async: a model directory (with its "
-        "tokenizer.json; the stage-one SFT checkpoint for async) instead of the randomly "
+        help="nvfp4-invariance, router-replay, async, length-penalty: a model directory (with its "
+        "tokenizer.json; the stage-one SFT checkpoint for async and length-penalty) instead of the randomly "
         "initialised tiny preset",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="length-penalty: keep the RL runs of its variants here (default: a temporary "
+        "directory, deleted at the end)",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     parser.set_defaults(handler=main)
@@ -86,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         rl_run_dir=args.run_dir_of_rl,
         checkpoint=args.checkpoint,
+        work_dir=args.work_dir,
     )
     out = args.out or Path("runs/studies") / (study.name + ("-quick" if args.quick else ""))
     argv = ["study", study.name] + (["--quick"] if args.quick else [])
@@ -97,6 +104,8 @@ def main(args: argparse.Namespace) -> int:
         argv += ["--out", str(args.out)]
     if args.threads:
         argv += ["--threads", str(args.threads)]
+    if args.work_dir:
+        argv += ["--work-dir", str(args.work_dir)]
     if study.name == "kl-estimators" and args.run_dir_of_rl != Path("runs/rl"):
         argv += ["--run-dir-of-rl", str(args.run_dir_of_rl)]
     try:

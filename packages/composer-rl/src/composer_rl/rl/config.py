@@ -35,6 +35,11 @@ class RolloutSection(_Section):
     max_seq_len: int = Field(default=1024, ge=64)
     grading_workers: int = Field(default=2, ge=1)
     record_routing: bool = Field(default=True, description="needed for router replay")
+    compile_decode: bool = Field(
+        default=False,
+        description="capture the engine's decode step with torch.compile (same results; "
+        "pays at small decode batches, falls back to eager if capture fails)",
+    )
     summary_budget: int | None = Field(
         default=768,
         ge=64,
@@ -265,14 +270,23 @@ def config_from_args(args: argparse.Namespace) -> RLConfig:
 
 
 def to_toml(config: RLConfig) -> str:
-    """The resolved configuration as TOML (written into the run directory)."""
+    """The resolved configuration as TOML (written into the run directory).
+
+    `load_config` reads it back to the same configuration, except a setting that is None
+    where its default is not (TOML has no null): it is left out and reads as the default.
+    """
 
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, int | float):
             return repr(v)
-        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):  # an inline table; TOML has no null, so None entries are left out
+            items = (f"{json.dumps(str(k))} = {value(x)}" for k, x in v.items() if x is not None)
+            return "{" + ", ".join(items) + "}"
+        return json.dumps(str(v))  # a TOML basic string uses JSON's escapes
 
     top: list[str] = []
     sections: list[str] = []

@@ -201,6 +201,7 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
         follow_interval_s=0.05,
         threads=config.threads,
         max_seq_len=config.rollout.max_seq_len,
+        compile_decode=config.rollout.compile_decode,
     )
     evaluation = EvaluationService(config.model, store_url, threads=config.threads)
     t, r, e = LocalEndpoint(trainer), LocalEndpoint(inference), LocalEndpoint(evaluation)
@@ -230,7 +231,11 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
         training=training_config(config),
         max_batch_size=config.rollout.max_batch_size,
         threads=config.threads,
-        inference_options={"follow_interval_s": 0.05, "max_seq_len": config.rollout.max_seq_len},
+        inference_options={
+            "follow_interval_s": 0.05,
+            "max_seq_len": config.rollout.max_seq_len,
+            "compile_decode": config.rollout.compile_decode,
+        },
     )
 
     def stop() -> None:

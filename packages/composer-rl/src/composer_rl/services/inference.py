@@ -37,10 +37,14 @@ class InferenceService:
         follow_interval_s: float | None = None,
         threads: int | None = None,
         max_seq_len: int | None = None,
+        compile_decode: bool = False,
     ) -> None:
         set_threads(threads)
         self.engine = InferenceEngine(
-            build_model(model), max_batch_size=max_batch_size, max_seq_len=max_seq_len
+            build_model(model),
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            compile_decode=compile_decode,
         )
         self.runner: EpisodeRunner | None = None
         self.subscriber = WeightSubscriber(

@@ -6,7 +6,13 @@ running it says so and exits non-zero instead of printing a result nobody measur
 
 from __future__ import annotations
 
-from composer_rl.studies import async_rl, kl_estimators, nvfp4_invariance, router_replay
+from composer_rl.studies import (
+    async_rl,
+    kl_estimators,
+    length_penalty,
+    nvfp4_invariance,
+    router_replay,
+)
 from composer_rl.studies.base import Study
 
 STUDIES: dict[str, Study] = {
@@ -29,6 +35,7 @@ STUDIES: dict[str, Study] = {
             "The concave length penalty C(x) = ((1 + kx)^(1-q) - 1) / (k(1-q)) makes easy tasks "
             "finish fast without hurting the solve rate.",
             "Composer 2 report, rewards and behaviour",
+            length_penalty.run,
         ),
         Study(
             "kl-estimators",
