@@ -24,6 +24,8 @@ HAS_COMPILER = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 needs_compiler = pytest.mark.skipif(
     not HAS_COMPILER, reason="inductor needs a C++ compiler to capture on the CPU"
 )
+# Each compiles the step (20-60 s on 2 cores): in `nox -s tests`, not in the version matrix.
+compiles = pytest.mark.slow
 
 PROMPTS = [[5, 9, 17, 3], [44, 2], [7, 7, 7, 7, 7, 7, 7, 7, 7], [100], [12, 13, 14]]
 
@@ -68,6 +70,7 @@ def _assert_same(eager: list, captured: list) -> None:  # type: ignore[type-arg]
 
 
 @needs_compiler
+@compiles
 def test_captured_decode_matches_eager_through_batching_and_sampling() -> None:
     model = _model()
     eager = InferenceEngine(model, max_batch_size=3).generate(PROMPTS, _params())
@@ -79,6 +82,7 @@ def test_captured_decode_matches_eager_through_batching_and_sampling() -> None:
 
 
 @needs_compiler
+@compiles
 def test_captured_logprobs_equal_the_training_forward() -> None:
     model = _model()
     engine = InferenceEngine(model, max_batch_size=4, compile_decode=True)
@@ -94,6 +98,7 @@ def test_captured_logprobs_equal_the_training_forward() -> None:
 
 
 @needs_compiler
+@compiles
 def test_captured_decode_reads_weights_updated_in_flight() -> None:
     model = _model()
     twin = copy.deepcopy(model)

@@ -91,6 +91,7 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
     reason="inductor needs a C++ compiler to capture the decode step on the CPU",
 )
+@pytest.mark.slow  # compiles the decode step (about a minute on 2 cores)
 def test_a_captured_engine_serves_each_published_version(tmp_path: Path) -> None:
     """`compile_decode=True` through the store: the captured graph reads every new version."""
     url = (tmp_path / "weights").as_uri()

@@ -267,6 +267,7 @@ def test_length_penalty_linear_weight_matches_the_concave_penalty_at_x_ref() -> 
     assert length_penalty.late_episodes(first + later, steps=2) == later
 
 
+@pytest.mark.slow  # three RL runs, twice analysed (about a minute)
 def test_length_penalty_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     work = tmp_path / "runs"
     assert (
