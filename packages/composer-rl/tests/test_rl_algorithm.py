@@ -216,3 +216,20 @@ def test_steps_on_a_group_move_each_episode_the_way_of_its_advantage() -> None:
         train_step(model, optimizer, lambda: rl_loss(model, batch, config), grad_clip=1.0)
     moved = [b - a for a, b in zip(before, sequence_logprobs(), strict=True)]
     assert [m > 0 for m in moved] == [a > 0 for a in advantages], moved
+
+
+def test_a_group_differing_only_by_shaping_rewards_is_constant_by_correctness() -> None:
+    from composer_rl.rl.orchestrator import ScoredEpisode, group_is_constant
+
+    def episode(reward: float | None, solved: bool) -> ScoredEpisode:
+        return ScoredEpisode(trajectories=[], reward=reward, solved=solved)
+
+    failed_lengths = [episode(-0.05, False), episode(-0.07, False)]  # rewards differ
+    assert not group_is_constant(failed_lengths, False, "reward")
+    assert group_is_constant(failed_lengths, False, "correctness")
+    mixed = [episode(0.95, True), episode(-0.05, False)]
+    assert not group_is_constant(mixed, False, "correctness")
+    # An infrastructure failure has no reward and does not count as a different outcome.
+    assert group_is_constant([episode(None, True), *failed_lengths], False, "correctness")
+    # By reward, the advantages decide (what `assign_advantages` found).
+    assert group_is_constant(mixed, True, "reward")

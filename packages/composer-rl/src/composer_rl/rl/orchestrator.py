@@ -60,6 +60,21 @@ class ScoredEpisode:
     record: dict[str, Any] = field(default_factory=dict)  # the episodes/*.jsonl line
 
 
+def group_is_constant(
+    episodes: list[ScoredEpisode], reward_constant: bool, by: Literal["reward", "correctness"]
+) -> bool:
+    """Whether a finished group counts as constant (left out of batches when dropping them).
+
+    By reward, a shaping component (the length penalty) makes almost every group differ, so
+    groups whose episodes all failed fill the batch with advantages of a few thousandths;
+    by correctness only groups that mix solved and unsolved episodes count (composer-rl
+    README: the length-penalty runs). Episodes without a reward (infra failures) do not vote.
+    """
+    if by == "reward":
+        return reward_constant
+    return len({e.solved for e in episodes if e.reward is not None}) <= 1
+
+
 class OrchestratorConfig(BaseModel):
     """The loop's knobs (the `[loop]` section of an RL run's configuration)."""
 
@@ -81,6 +96,12 @@ class OrchestratorConfig(BaseModel):
     stale_policy: Literal["drop", "regenerate"] = "drop"
     drop_constant_groups: bool = Field(
         default=True, description="leave out groups whose rewards are all equal (no signal)"
+    )
+    constant_by: Literal["reward", "correctness"] = Field(
+        default="reward",
+        description="what must be equal for a group to count as constant: the whole reward, "
+        "or only whether each episode solved the task (then groups that differ only by "
+        "shaping rewards such as the length penalty are left out too)",
     )
     sync: bool = Field(default=False, description="alternate generation and training")
     call_timeout_s: float = Field(
@@ -364,7 +385,9 @@ class Orchestrator:
         self.counters.groups_finished += 1
         trajs, advantages = assign_advantages(group.episodes)
         self.groups.put(group_to_record(group.group_id, group.task.id, trajs))
-        if advantages.constant and self.config.drop_constant_groups:
+        if self.config.drop_constant_groups and group_is_constant(
+            group.episodes, advantages.constant, self.config.constant_by
+        ):
             self.counters.groups_constant += 1
             self.dropped.add(group.group_id)
             return
