@@ -181,8 +181,8 @@ class RoutedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Dispatch by sorting (token, slot) pairs by expert; one grouped GEMM per projection."""
-        if torch.compiler.is_compiling():
-            return self._forward_static(x, routing)
+        if torch.compiler.is_compiling() and not torch.is_grad_enabled():
+            return self._forward_static(x, routing)  # a captured inference step
         top_k = routing.indices.shape[1]
         flat = routing.indices.flatten()
         order = torch.argsort(flat, stable=True)
@@ -203,8 +203,9 @@ class RoutedExperts(nn.Module):
         expert is likely to be picked (E <= tokens x k), run all experts on all tokens and let
         a zero gate drop the unpicked ones (0 x finite is exactly 0); otherwise gather each
         token's k expert matrices. Only the summation order of the k terms differs from
-        `forward`. Quantized experts have no such path: capture fails and the caller falls
-        back to eager.
+        `forward`. Inference only: a compiled training forward keeps the grouped dispatch
+        (running every expert on every token of a batch would waste E / k of the work).
+        Quantized experts have no such path: capture fails and the caller falls back to eager.
         """
         if self._mm is not grouped_mm:
             raise NotImplementedError("quantized experts have no captured decode path")
