@@ -33,6 +33,7 @@ from typing import Any
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.compare import PolicyScores, score_policy
 from composer_rl.rl.config import load_config
+from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl, runner_config
 from composer_rl.tasks import Split
@@ -86,8 +87,7 @@ def training_curve(run_dir: Path, parts: int = 4) -> list[tuple[float, float, in
     """Solve rate of the run's episodes in `parts` consecutive slices (mean, s.e. over
     groups, episodes)."""
     groups: dict[str, list[bool]] = {}
-    for line in (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines():
-        episode = json.loads(line)
+    for episode in read_episodes(run_dir, scored_only=False):
         groups.setdefault(episode["group"], []).append(bool(episode["solved"]))
     ordered = [groups[g] for g in sorted(groups)]
     out = []

@@ -315,3 +315,46 @@ def test_length_penalty_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     second = json.loads((again / "result.json").read_text())["numbers"]
     assert second["reused_runs"] == ["concave", "linear", "none"]
     assert second["comparison"] == numbers["comparison"]
+
+
+def _comparison(
+    easy_tokens: tuple[float, float], hard_solved: tuple[float, float]
+) -> dict[str, Any]:
+    """A `compare` result with the two numbers the verdict reads (the rest zero)."""
+
+    def diffs(tokens: tuple[float, float], solved: tuple[float, float]) -> dict[str, Any]:
+        return {"generated_tokens": tokens, "turns": (0.0, 0.1), "solved": solved}
+
+    return {
+        "comparison": {
+            "common_tasks": 40,
+            "difficulties": {
+                "1": {
+                    "vs_none": {v: diffs(easy_tokens, (0.0, 0.01)) for v in ("concave", "linear")}
+                },
+                "2": {
+                    "vs_none": {v: diffs((0.0, 1.0), hard_solved) for v in ("concave", "linear")}
+                },
+            },
+        }
+    }
+
+
+def test_length_penalty_verdict_needs_shorter_easy_episodes_and_kept_hard_solve_rates() -> None:
+    verdict = length_penalty._verdict
+    assert verdict(_comparison((-12.0, 4.0), (-0.01, 0.02))).held is True
+    assert verdict(_comparison((-6.0, 4.0), (0.0, 0.02))).held is False  # within 2 s.e.
+    assert verdict(_comparison((+10.5, 4.0), (0.0, 0.02))).held is False  # longer
+    assert verdict(_comparison((-12.0, 4.0), (-0.05, 0.02))).held is False  # hard tasks lost
+    assert verdict({"comparison": {"common_tasks": 0, "difficulties": {}}}).held is None
+
+
+def test_length_penalty_counts_groups_by_correctness() -> None:
+    episodes = [
+        {"group": "g1", "solved": True},
+        {"group": "g1", "solved": False},
+        {"group": "g2", "solved": False},
+        {"group": "g2", "solved": False},
+    ]
+    counts = length_penalty.group_counts(episodes, [{"count_groups_constant": 3}])
+    assert counts == {"generated": 2, "mixed_correctness": 1, "dropped_constant": 3}

@@ -103,11 +103,12 @@ class CapturedDecode:
         input_ids: torch.Tensor,
         slots: torch.Tensor,
         past_lengths: torch.Tensor,
+        key_len: int,
         buffers: list[torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None:
+        """`key_len` is `past_lengths.max()`, which the caller already holds on the host."""
         if self.failure is not None:
             return None
-        key_len = int(past_lengths.max())
         try:
             return self._compiled(self.model, input_ids, slots, past_lengths, buffers, key_len)
         except Exception as error:  # any capture failure: fall back, say why once

@@ -416,9 +416,10 @@ class InferenceEngine:
         want_routing = any(s.params.return_routing for s in seqs)
         captured = None
         if self.captured is not None and n == 1:
-            self.cache.reserve(int(past.max()) + 1)
+            longest = int(past.max())
+            self.cache.reserve(longest + 1)
             captured = self.captured(
-                ids[:, 0], slots, self.cache.lengths[slots], self.cache.buffers
+                ids[:, 0], slots, past.to(self.device), longest, self.cache.buffers
             )
         if captured is not None:
             logits, hidden, indices = captured

@@ -83,6 +83,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     cos = cos.unsqueeze(-2).to(x.dtype)
     sin = sin.unsqueeze(-2).to(x.dtype)
     # unbind, not x[..., 0::2]: a strided slice's backward zero-fills a gradient as large as
-    # x for each half (12% of a training step on the CPU), unbind's stacks the two.
+    # x for each half; unbind's stacks the two.
     x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

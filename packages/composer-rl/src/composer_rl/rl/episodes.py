@@ -8,7 +8,9 @@ timeout) gets no reward at all: the orchestrator leaves it out of its group's ba
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from composer_model import ComposerTokenizer
@@ -88,4 +90,16 @@ def score_result(
     )
 
 
-__all__ = ["score_result", "trajectories_of"]
+EPISODES_LOG = Path("episodes") / "episodes.jsonl"
+"""Where a run directory keeps one JSON line per finished episode."""
+
+
+def read_episodes(run_dir: Path, scored_only: bool = True) -> list[dict[str, Any]]:
+    """A run's episode lines, in the order they finished; `scored_only` leaves out the
+    episodes whose sandbox or grader failed (they have no reward)."""
+    lines = (run_dir / EPISODES_LOG).read_text().splitlines()
+    episodes = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in episodes if e["reward"] is not None] if scored_only else episodes
+
+
+__all__ = ["EPISODES_LOG", "read_episodes", "score_result", "trajectories_of"]

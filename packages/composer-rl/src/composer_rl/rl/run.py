@@ -31,7 +31,7 @@ from composer_model import ComposerTokenizer, OptimConfig
 from composer_rl.agent.episode import RunnerConfig
 from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import RLConfig, to_toml
-from composer_rl.rl.episodes import score_result
+from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
 from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
 from composer_rl.rl.summarize import SummaryConfig
@@ -257,9 +257,9 @@ class RunLog:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        (run_dir / "episodes").mkdir(parents=True, exist_ok=True)
+        (run_dir / EPISODES_LOG).parent.mkdir(parents=True, exist_ok=True)
         self.metrics = (run_dir / "metrics.jsonl").open("a")
-        self.episodes = (run_dir / "episodes" / "episodes.jsonl").open("a")
+        self.episodes = (run_dir / EPISODES_LOG).open("a")
 
     def step(self, row: dict[str, Any]) -> None:
         self.metrics.write(json.dumps(row, default=str) + "\n")

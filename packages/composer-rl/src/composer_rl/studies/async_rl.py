@@ -17,7 +17,6 @@ the same comparison as a benchmark (it calls `compare_modes`).
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from matplotlib.figure import Figure
 
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.config import load_config
+from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
@@ -60,12 +60,7 @@ def summarize(history: list[dict[str, Any]], seconds: float, run_dir: Path) -> d
     for row in history:
         lags.update({int(k): int(v) for k, v in row["token_lag_hist"].items()})
     tokens = sum(lags.values())
-    episodes = [
-        json.loads(line)
-        for line in (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    scored = [e for e in episodes if e["reward"] is not None]
+    scored = read_episodes(run_dir)
     reward, reward_se = mean_se([float(e["reward"]) for e in scored])
     solve, solve_se = mean_se([float(e["solved"]) for e in scored])
     return {

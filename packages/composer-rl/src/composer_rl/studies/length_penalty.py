@@ -45,6 +45,7 @@ from composer_rewards import length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthSettings
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.config import RLConfig, load_config, to_toml
+from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
@@ -65,13 +66,6 @@ QUICK = Sizes(steps=8, group_size=2, groups_per_step=1, lr=None)
 # lr 3e-4 as in the learning runs of the composer-rl README: at the default 1e-4 the policy
 # moves too little in 20 steps for any reward to change behaviour.
 FULL = Sizes(steps=20, group_size=8, groups_per_step=8, lr=3e-4)
-
-
-def read_episodes(run_dir: Path) -> list[dict[str, Any]]:
-    """The scored episodes of a run (an infra failure has no reward and is left out)."""
-    lines = (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
-    episodes = [json.loads(line) for line in lines if line.strip()]
-    return [e for e in episodes if e["reward"] is not None]
 
 
 def reference_x(episodes: list[dict[str, Any]], settings: LengthSettings) -> float:
