@@ -4,6 +4,7 @@ implemented ones through the real command, checking the files and the numbers th
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,18 @@ import torch
 
 from composer_kernels import nvfp4_quantize
 from composer_rl import cli
-from composer_rl.studies import NOT_IMPLEMENTED, STUDIES, length_penalty, nvfp4_invariance
+from composer_rl.studies import (
+    NOT_IMPLEMENTED,
+    STUDIES,
+    Study,
+    cpt_vs_rl,
+    length_penalty,
+    nvfp4_invariance,
+    self_summary,
+)
 from composer_rl.studies.kl_estimators import measure_pair
+from composer_rl.tasks import Edit, Task
 
-IMPLEMENTED = {"kl-estimators", "nvfp4-invariance", "router-replay", "async", "length-penalty"}
 ALL = [
     "cpt-vs-rl",
     "self-summary",
@@ -36,14 +45,18 @@ def test_list_shows_every_study_with_its_claim_and_state(
     for name, study in STUDIES.items():
         assert name in out
         assert study.claim in out
-    assert out.count("[ready]") == len(IMPLEMENTED)
-    assert out.count(NOT_IMPLEMENTED) == len(ALL) - len(IMPLEMENTED)
+    assert out.count("[ready]") == len(ALL)  # every study has its code
+    assert NOT_IMPLEMENTED not in out
 
 
-@pytest.mark.parametrize("name", sorted(set(ALL) - IMPLEMENTED))
 def test_an_unimplemented_study_says_so_and_fails(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    name = "cpt-vs-rl"
+    study = STUDIES[name]
+    monkeypatch.setitem(STUDIES, name, Study(study.name, study.claim, study.source))
+    assert cli.main(["study", "--list"]) == 0
+    assert NOT_IMPLEMENTED in capsys.readouterr().out
     out = tmp_path / name
     assert cli.main(["study", name, "--quick", "--out", str(out)]) == 2
     assert NOT_IMPLEMENTED in capsys.readouterr().err
@@ -70,8 +83,8 @@ def _quick(name: str, out: Path, capsys: pytest.CaptureFixture[str], *extra: str
     assert table.strip() in printed  # the table is printed as written
     result = json.loads((out / "result.json").read_text())
     assert result["study"] == name and result["quick"] is True
-    assert result["verdict"] in ("held", "did not hold", "undecided")
-    assert isinstance(result["held"], bool)
+    labels = {True: "held", False: "did not hold", None: "undecided"}
+    assert labels[result["held"]] == result["verdict"]
     assert result["wall_clock_s"] > 0 and result["command"].startswith(f"composer-rl study {name}")
     assert f"**Verdict: {result['verdict']}**" in table and "Wall-clock:" in table
     return result
@@ -358,3 +371,191 @@ def test_length_penalty_counts_groups_by_correctness() -> None:
     ]
     counts = length_penalty.group_counts(episodes, [{"count_groups_constant": 3}])
     assert counts == {"generated": 2, "mixed_correctness": 1, "dropped_constant": 3}
+
+
+# --- self-summary --------------------------------------------------------------------------
+
+
+def _task(instruction: str, edits: list[Edit]) -> Task:
+    return Task(
+        id="t",
+        category="debugging",
+        difficulty=1,
+        instruction=instruction,
+        files={"pricing.py": "def scale(amount):\n    return amount\n"},
+        tests={"_grading/test_t.py": "def test_t():\n    pass\n"},
+        solution=edits,
+    )
+
+
+def test_needed_facts_are_what_the_solution_needs_and_the_instruction_does_not_say() -> None:
+    edit = Edit(path="pricing.py", old="def scale(amount):", new="def scale(amount, k):")
+    task = _task("Add a factor to scale in pricing.py.", [edit, Edit(path="new.py", new="x = 1\n")])
+    # The path is in the instruction; the replaced text and the new file's path are not.
+    assert self_summary.needed_facts(task) == ["def scale(amount):", "new.py"]
+    facts = self_summary.needed_facts(task)
+    assert self_summary.carried(facts, "Read pricing.py. To do: replace def scale(amount):") == 0.5
+    assert self_summary.carried(facts, "def scale(amount): ... write new.py") == 1.0
+    assert self_summary.carried([], "anything") == 1.0
+
+
+def _row(task: str, solved: bool, compactions: int, carried: list[float]) -> dict[str, Any]:
+    return {
+        "task": task,
+        "difficulty": 1,
+        "solved": solved,
+        "generated_tokens": 100,
+        "compactions": compactions,
+        "stop_reason": "finish",
+        "facts": 2,
+        "carried": carried,
+    }
+
+
+def test_self_summary_compares_the_tasks_both_modes_compacted_paired_by_task() -> None:
+    reference = [_row("a", True, 0, []), _row("b", True, 0, []), _row("c", False, 0, [])]
+    rows = {
+        "summarize": [
+            _row("a", True, 1, [1.0]),
+            _row("b", True, 2, [1.0, 0.5]),
+            _row("c", False, 0, []),  # never compacted: left out of the paired set
+        ],
+        "truncate": [
+            _row("a", False, 1, [0.5]),
+            _row("b", True, 1, [1.0]),
+            _row("c", True, 1, [0.0]),
+        ],
+    }
+    result = self_summary.compare_budget(rows, reference)
+    assert result["tasks"] == 3 and result["compacted_in_both"] == 2
+    summarize, truncate = result["variants"]["summarize"], result["variants"]["truncate"]
+    assert summarize["pass1"][0] == pytest.approx(2 / 3)
+    assert summarize["pass1_compacted"][0] == pytest.approx(1.0)
+    assert truncate["pass1_compacted"][0] == pytest.approx(0.5)
+    assert summarize["compacted"][0] == pytest.approx(2 / 3)
+    assert summarize["all_facts_carried"][0] == pytest.approx(2 / 3)  # 2 of 3 compactions
+    assert truncate["facts_recall"][0] == pytest.approx(0.5)
+    assert summarize["tokens_per_solved"] == pytest.approx(150.0)
+    assert result["summarize_minus_truncate"][0] == pytest.approx(0.5)
+    assert result["error"]["truncate"][0] == pytest.approx(0.5)  # none solved a and b
+    assert result["error"]["summarize"][0] == pytest.approx(0.0)
+
+
+def test_self_summary_verdict_needs_summaries_ahead_beyond_two_se_at_every_budget() -> None:
+    def result(*diffs: tuple[float, float]) -> dict[str, Any]:
+        return {
+            "budgets": {
+                str(b): {
+                    "summarize_minus_truncate": d,
+                    "compacted_in_both": 50,
+                    "error": {"summarize": (0.1, 0.05), "truncate": (0.2, 0.05)},
+                }
+                for b, d in zip((320, 448), diffs, strict=False)
+            }
+        }
+
+    assert self_summary.verdict(result((0.2, 0.05), (0.15, 0.05))).held is True
+    assert self_summary.verdict(result((0.2, 0.05), (0.05, 0.05))).held is False
+    assert self_summary.verdict(result((-0.2, 0.05), (0.2, 0.05))).held is False
+    assert self_summary.verdict(result((0.2, math.nan))).held is None
+
+
+@pytest.mark.slow  # three evaluations of seven tasks (about a minute)
+def test_self_summary_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _quick("self-summary", tmp_path / "ss", capsys)
+    numbers = result["numbers"]
+    budget = numbers["budgets"]["320"]
+    # The same held-out tasks, run once without a budget and once per mode at it.
+    assert budget["tasks"] == numbers["tasks"] == len(numbers["episodes"]["none"]) >= 5
+    for key in ("none", "summarize@320", "truncate@320"):
+        assert {e["task"] for e in numbers["episodes"][key]} == {
+            e["task"] for e in numbers["episodes"]["none"]
+        }
+    assert all(e["compactions"] == 0 for e in numbers["episodes"]["none"])
+
+
+# --- cpt-vs-rl -----------------------------------------------------------------------------
+
+
+def test_log_linear_fit_matches_numpy() -> None:
+    import numpy as np
+
+    xs = [2.0, 3.0, 4.5, 6.0, 2.0]
+    ys = [0.9, 0.7, 0.55, 0.3, 0.8]
+    fit = cpt_vs_rl.fit_log_linear(xs, ys)
+    slope, intercept = np.polyfit(np.log(xs), ys, 1)
+    assert fit["slope"] == pytest.approx(slope) and fit["intercept"] == pytest.approx(intercept)
+    predicted = intercept + slope * np.log(xs)
+    r2 = 1 - np.sum((ys - predicted) ** 2) / np.sum((ys - np.mean(ys)) ** 2)
+    assert fit["r2"] == pytest.approx(r2)
+    # The slope's standard error, from the residual variance over n - 2.
+    lx = np.log(xs)
+    se = np.sqrt(np.sum((ys - predicted) ** 2) / 3 / np.sum((lx - lx.mean()) ** 2))
+    assert fit["slope_se"] == pytest.approx(se)
+    assert math.isnan(cpt_vs_rl.fit_log_linear([2.0, 2.0, 2.0], [1.0, 2.0, 3.0])["slope"])
+    # A run with no second-half episode (NaN) is left out, not counted as zero.
+    with_gap = cpt_vs_rl.fit_log_linear([*xs, 8.0], [*ys, math.nan])
+    assert with_gap["slope"] == pytest.approx(slope)
+
+
+def _budgets(rewards: dict[float, list[float]]) -> dict[str, Any]:
+    point = {"first_reward": (0.1, 0.01), "solved": (0.2, 0.02), "first_solved": (0.1, 0.01)}
+    return {
+        str(i): {
+            "ce_cpt": ce,
+            "rl": {str(s): {**point, "reward": (r, 0.02)} for s, r in enumerate(rs)},
+        }
+        for i, (ce, rs) in enumerate(rewards.items())
+    }
+
+
+def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
+    falling = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
+    result = {"budgets": falling, "fits": cpt_vs_rl.fits(falling)}
+    assert result["fits"]["reward"]["slope"] < 0
+    assert len(result["fits"]["reward"]["per_seed_slopes"]) == 2
+    assert result["fits"]["reward_seed_sd"] > 0
+    assert cpt_vs_rl.verdict(result).held is True
+    flat = _budgets({5.0: [0.5, 0.3], 5.4: [0.3, 0.5], 5.8: [0.5, 0.3], 6.3: [0.3, 0.5]})
+    assert cpt_vs_rl.verdict({"budgets": flat, "fits": cpt_vs_rl.fits(flat)}).held is False
+    rising = _budgets({5.0: [0.3], 5.4: [0.4], 5.8: [0.5], 6.3: [0.6]})
+    assert cpt_vs_rl.verdict({"budgets": rising, "fits": cpt_vs_rl.fits(rising)}).held is False
+
+
+@pytest.mark.slow  # four stage ones and four RL runs (about two minutes)
+def test_cpt_vs_rl_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "runs"
+    result = _quick("cpt-vs-rl", tmp_path / "cpt", capsys, "--work-dir", str(work))
+    budgets = result["numbers"]["budgets"]
+    assert list(budgets) == ["2", "4", "8", "16"]
+    # More pretraining, lower held-out CE: the x axis is real.
+    ces = [b["ce_pretrain"] for b in budgets.values()]
+    assert ces == sorted(ces, reverse=True)
+    for steps, b in budgets.items():
+        stage = work / f"stage1-pretrain{steps}"
+        metrics = (stage / "pretrain" / "metrics.jsonl").read_text().splitlines()
+        assert json.loads(metrics[-1])["step"] == int(steps)
+        assert (work / f"rl-pretrain{steps}-seed0" / "episodes" / "episodes.jsonl").is_file()
+        assert b["rl"]["0"]["late_episodes"] > 0
+    # One tokenizer for every budget, so their CEs compare.
+    tokenizers = {(work / f"stage1-pretrain{s}" / "tokenizer.json").read_bytes() for s in budgets}
+    assert len(tokenizers) == 1
+    # A rerun on the same --work-dir reuses every finished run.
+    assert (
+        cli.main(
+            [
+                "study",
+                "cpt-vs-rl",
+                "--quick",
+                "--out",
+                str(tmp_path / "again"),
+                "--work-dir",
+                str(work),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again" / "result.json").read_text())["numbers"]
+    assert again["reused_runs"] == [f"rl-pretrain{s}-seed0" for s in budgets]
+    assert again["budgets"] == result["numbers"]["budgets"]

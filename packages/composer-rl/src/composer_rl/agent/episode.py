@@ -9,7 +9,8 @@ the whole context; the tokens, logprobs, versions and expert indices of every tu
 a fresh prefill would give. The sandboxes run the calls and, at the end, the hidden tests
 in a thread pool so grading overlaps with decoding. An episode ends when the model calls
 `finish`, writes no call, runs out of turns, or its context would overflow; with a
-`SummaryConfig` it summarizes instead of overflowing (`composer_rl.rl.summarize`).
+`SummaryConfig` it summarizes instead of overflowing, or (the baseline `mode="truncate"`)
+drops its oldest turns (`composer_rl.rl.summarize`).
 
 Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
 of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
@@ -33,6 +34,7 @@ from composer_rl.agent.format import (
     TOOL_CALL_END,
     ToolCall,
     parse_output,
+    render_prompt,
 )
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
 from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
@@ -42,6 +44,7 @@ from composer_rl.rl.summarize import (
     condensed_prompt,
     should_summarize,
     summary_text,
+    truncation_start,
 )
 from composer_rl.tasks.model import Task
 
@@ -71,12 +74,15 @@ class EpisodeResult:
     grading_error: str | None = None  # the grader failed (infrastructure): no reward
     key: str = ""  # the submitter's label (the RL loop's group id)
     sandbox_seconds: float = 0.0  # tool calls and grading, wall-clock
-    segments: list[TokenRecord] = field(default_factory=list)  # closed by self-summaries
+    segments: list[TokenRecord] = field(default_factory=list)  # closed by compactions
     summaries: list[str] = field(default_factory=list)
+    # What each compaction carried into the condensed context beyond the task: the summary,
+    # or the kept turns of a truncation (decoded), in order.
+    compactions: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> list[TokenRecord]:
-        """Every segment's token record, in order (one unless the episode summarized)."""
+        """Every segment's token record, in order (one unless the episode's context was condensed)."""
         return [*self.segments, self.record]
 
     @property
@@ -153,6 +159,7 @@ class _Live:
     session: str
     turns: int = 0
     summarizing: bool = False
+    turn_starts: list[int] = field(default_factory=list)  # where each turn begins in `ids`
 
 
 def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
@@ -335,8 +342,13 @@ class EpisodeRunner:
             state.ids += ids
             state.result.record.add_context(ids)
             state.result.transcript.segments.append(Segment("prompt", turn))
-        done = len(state.result.summaries)
-        if should_summarize(len(state.ids), self.config.max_new_tokens, done, self.config.summary):
+        done = len(state.result.compactions)
+        summary = self.config.summary
+        if should_summarize(len(state.ids), self.config.max_new_tokens, done, summary):
+            if summary is not None and summary.mode == "truncate":
+                self._truncate(state, summary.context_budget)
+                self._submit(state)
+                return
             request = self.tokenizer.encode(SUMMARY_REQUEST)
             state.ids += request
             state.result.record.add_context(request)
@@ -352,6 +364,7 @@ class EpisodeRunner:
         result.generated_tokens += len(generation.token_ids)
         result.transcript.segments.append(Segment("summary", text))
         result.summaries.append(summary_text(text))
+        result.compactions.append(result.summaries[-1])
         result.segments.append(result.record)
         result.record = TokenRecord()
         prompt = condensed_prompt(
@@ -360,8 +373,27 @@ class EpisodeRunner:
         result.transcript.segments.append(Segment("prompt", prompt))
         state.ids = self.tokenizer.encode(prompt)
         result.record.add_context(state.ids)
+        state.turn_starts = []
         state.summarizing = False
         self._submit(state)
+
+    def _truncate(self, state: _Live, budget: int) -> None:
+        """Plain truncation (the self-summary study's baseline): close this segment and
+        continue from the task's prompt and the most recent whole turns that leave room
+        for the next one. The kept turns are context in the new segment, never trained twice."""
+        result = state.result
+        head = self.tokenizer.encode(render_prompt(result.task.instruction))
+        room = budget - self.config.max_new_tokens - len(head)
+        start = truncation_start(state.turn_starts, len(state.ids), room)
+        kept = state.ids[start:]
+        result.segments.append(result.record)
+        result.record = TokenRecord()
+        result.compactions.append(self.tokenizer.decode(kept))
+        text = render_prompt(result.task.instruction) + result.compactions[-1]
+        result.transcript.segments.append(Segment("prompt", text))
+        state.ids = head + kept
+        result.record.add_context(state.ids)
+        state.turn_starts = [len(head) + s - start for s in state.turn_starts if s >= start]
 
     def _advance(self, state: _Live, generation: GenerationResult) -> None:
         if state.summarizing:
@@ -373,6 +405,7 @@ class EpisodeRunner:
         text = self.tokenizer.decode(token_ids)
         result.generated_tokens += len(token_ids)
         result.transcript.segments.append(Segment("tool_call", text))
+        state.turn_starts.append(len(state.ids))
         state.ids += token_ids
         state.turns += 1
         parsed = parse_output(text)

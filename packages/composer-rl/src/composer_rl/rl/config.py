@@ -47,7 +47,12 @@ class RolloutSection(_Section):
         "(None: no summaries; the episode ends at max_seq_len)",
     )
     summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
-    max_summaries: int = Field(default=3, ge=1)
+    max_summaries: int = Field(default=3, ge=1, description="compactions an episode may make")
+    summary_mode: Literal["summarize", "truncate"] = Field(  # rl.summarize.CompactionMode
+        default="summarize",
+        description="how a full context is condensed: the model's summary, or 'truncate' "
+        "(drop the oldest turns; the self-summary study's baseline)",
+    )
 
 
 class TrainSection(_Section):

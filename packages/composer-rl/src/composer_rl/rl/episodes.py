@@ -75,6 +75,7 @@ def score_result(
         "versions": sorted({v for t in trajectories for v in t.sampled_versions}),
         "segments": len(result.records),
         "summaries": result.summaries,
+        "compactions": len(result.compactions),
         "transcript": result.transcript.text,
     }
     return ScoredEpisode(

@@ -175,6 +175,7 @@ def runner_config(config: RLConfig) -> RunnerConfig:
             context_budget=r.summary_budget,
             summary_tokens=r.summary_tokens,
             max_summaries=r.max_summaries,
+            mode=r.summary_mode,
         )
         if r.summary_budget is not None
         else None,

@@ -7,6 +7,9 @@ the number of summaries so far. It can repeat. Every segment of the chain is tra
 the episode's final reward, so summaries that carried what was needed are reinforced and
 ones that lost it are penalised.
 
+The baseline it is measured against (`mode="truncate"`) condenses at the same trigger by
+dropping the oldest whole turns and keeping the task and the most recent turns that fit.
+
 This module is the text and the trigger; `EpisodeRunner` applies them, and
 `composer_rl.agent.oracle.summary_demonstration` writes the SFT examples that teach the
 tiny model to summarize at all.
@@ -15,8 +18,14 @@ tiny model to summarize at all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER, render_prompt
+
+CompactionMode = Literal["summarize", "truncate"]
+"""How a full context is condensed: the model's own summary (the report's method), or plain
+truncation (the oldest turns dropped, the task kept): the baseline of `composer-rl study
+self-summary`."""
 
 SUMMARY_REQUEST = (
     f"{END_OF_TURN}{USER}Context is full. Summarize the conversation: what you read, "
@@ -27,13 +36,20 @@ SUMMARY_REQUEST = (
 
 @dataclass(frozen=True)
 class SummaryConfig:
-    """When to summarize and how much room the summary gets (tokens)."""
+    """When to condense the context, how, and how much room a summary gets (tokens).
 
-    context_budget: int = 768  # summarize when the next turn could pass this many tokens
+    `max_summaries` bounds the compactions of one episode in either mode."""
+
+    context_budget: int = 768  # condense when the next turn could pass this many tokens
     summary_tokens: int = 128
     max_summaries: int = 4
+    mode: CompactionMode = "summarize"
 
     def __post_init__(self) -> None:
+        if self.mode not in ("summarize", "truncate"):
+            raise ValueError(
+                f"summary mode must be 'summarize' or 'truncate'; got {self.mode!r}"
+            )
         if self.summary_tokens < 8 or self.context_budget <= self.summary_tokens:
             raise ValueError(
                 "summary: need summary_tokens >= 8 and context_budget > summary_tokens; got "
@@ -44,10 +60,18 @@ class SummaryConfig:
 def should_summarize(
     context_tokens: int, next_turn_tokens: int, done: int, config: SummaryConfig | None
 ) -> bool:
-    """The trigger: the next turn could cross the budget and summaries are left."""
+    """The trigger: the next turn could cross the budget and compactions are left."""
     if config is None or done >= config.max_summaries:
         return False
     return context_tokens + next_turn_tokens > config.context_budget
+
+
+def truncation_start(turn_starts: list[int], length: int, room: int) -> int:
+    """Where plain truncation's kept tail begins in a context of `length` tokens: the
+    earliest turn start whose tail fits in `room` tokens, or `length` (keep nothing) when
+    not even the last turn fits. Whole turns only: a tool call cut in half would teach the
+    model nothing and read as a malformed call."""
+    return next((s for s in sorted(turn_starts) if length - s <= room), length)
 
 
 def summary_text(generated: str) -> str:
@@ -62,8 +86,10 @@ def condensed_prompt(instruction: str, summary: str, count: int) -> str:
 
 __all__ = [
     "SUMMARY_REQUEST",
+    "CompactionMode",
     "SummaryConfig",
     "condensed_prompt",
     "should_summarize",
     "summary_text",
+    "truncation_start",
 ]

@@ -24,14 +24,10 @@ difference to `none` (per task, then mean and standard error over tasks).
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import statistics
 import tempfile
-import tomllib
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,24 +40,16 @@ from matplotlib.figure import Figure
 from composer_rewards import length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthSettings
 from composer_rl.eval.stats import mean_se
-from composer_rl.rl.config import RLConfig, load_config, to_toml
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
-from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.rl_runs import RLSizes, late_episodes, run_or_reuse
 
 VARIANTS = ("concave", "linear", "none")  # concave first: its first step fixes the linear weight
 METRICS = ("generated_tokens", "turns", "solved")
 
 
-@dataclass(frozen=True)
-class Sizes:
-    steps: int
-    group_size: int
-    groups_per_step: int
-    lr: float | None  # None: the RL config's default
-
-
+Sizes = RLSizes
 QUICK = Sizes(steps=8, group_size=2, groups_per_step=1, lr=None)
 # lr 3e-4 as in the learning runs of the composer-rl README: at the default 1e-4 the policy
 # moves too little in 20 steps for any reward to change behaviour.
@@ -83,11 +71,6 @@ def reference_x(episodes: list[dict[str, Any]], settings: LengthSettings) -> flo
 def linear_weight(settings: LengthSettings, x_ref: float) -> float:
     """The weight of C(x) = x whose penalty at x_ref equals the concave one's."""
     return settings.weight * length_cost(x_ref, settings.k, settings.q) / x_ref
-
-
-def late_episodes(episodes: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
-    """Episodes sampled entirely in the second half of the run."""
-    return [e for e in episodes if min(e["versions"]) >= steps // 2]
 
 
 def compare(late: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -126,48 +109,6 @@ def compare(late: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def _run(
-    model: Path, run_dir: Path, sizes: Sizes, overrides: dict[str, object], seed: int
-) -> tuple[list[dict[str, Any]], bool]:
-    """A variant's per-step metrics, and whether a finished run in `run_dir` was reused."""
-    settings: dict[str, object] = {
-        **overrides,
-        "model": str(model),
-        "run_dir": str(run_dir),
-        "seed": seed,
-        "local": True,
-        "loop.steps": sizes.steps,
-        "loop.group_size": sizes.group_size,
-        "loop.groups_per_step": sizes.groups_per_step,
-        "loop.upsample_hard_after": None,
-        "eval.per_template": 0,
-        "eval.every": 0,
-    }
-    if sizes.lr is not None:
-        settings["train.lr"] = sizes.lr
-    config = load_config(None, settings)
-    finished = finished_history(run_dir, config)
-    if finished is not None:
-        return finished, True
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return run_rl(config), False
-
-
-def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | None:
-    """The metrics of a run in `run_dir` that finished every step under exactly `config`.
-
-    A study killed in its third variant then reruns only what is missing (with --work-dir).
-    """
-    metrics, written = run_dir / "metrics.jsonl", run_dir / "config.toml"
-    if not (metrics.is_file() and written.is_file()):
-        return None
-    # What the file records (to_toml leaves out None settings on both sides) must agree.
-    if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
-        return None
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return rows if len(rows) >= config.loop.steps else None
-
-
 def group_counts(episodes: list[dict[str, Any]], history: list[dict[str, Any]]) -> dict[str, int]:
     """Groups generated, those whose episodes disagree on `solved`, those dropped as constant."""
     solved: dict[str, set[bool]] = defaultdict(set)
@@ -203,7 +144,9 @@ def run_variants(
         else:
             settings[variant] = {"k": concave.k, "q": concave.q, "weight": concave.weight}
         run_dir = work / variant
-        histories[variant], reused[variant] = _run(model, run_dir, sizes, {**base, **reward}, seed)
+        histories[variant], reused[variant] = run_or_reuse(
+            model, run_dir, sizes, {**base, **reward}, seed
+        )
         episodes[variant] = read_episodes(run_dir)
     late = {v: late_episodes(eps, sizes.steps) for v, eps in episodes.items()}
     return {

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from composer_rl.studies import (
     async_rl,
+    cpt_vs_rl,
     kl_estimators,
     length_penalty,
     nvfp4_invariance,
     router_replay,
+    self_summary,
 )
 from composer_rl.studies.base import Study
 
@@ -23,12 +25,14 @@ STUDIES: dict[str, Study] = {
             "Cross-entropy after continued pretraining predicts the downstream RL reward "
             "(log-linear).",
             "Composer 2 report, stage one",
+            cpt_vs_rl.run,
         ),
         Study(
             "self-summary",
             "Self-summarization trained with the episode's final reward on every generation "
             "of the chain cuts compaction error (about 50%) against a long compaction prompt.",
             "Composer 2 report and Cursor's self-summarization post",
+            self_summary.run,
         ),
         Study(
             "length-penalty",

@@ -1,0 +1,75 @@
+"""The RL runs a study trains: one `run_rl` per variant, reused when a finished one is there.
+
+A study that trains several variants (length-penalty, cpt-vs-rl) can be killed in its third
+run; with `--work-dir` the rerun analyses the finished runs whose `config.toml` matches
+instead of repeating them, and trains only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from composer_rl.rl.config import RLConfig, load_config, to_toml
+from composer_rl.rl.run import run_rl
+
+
+@dataclass(frozen=True)
+class RLSizes:
+    steps: int
+    group_size: int
+    groups_per_step: int
+    lr: float | None  # None: the RL config's default
+
+
+def run_or_reuse(
+    model: Path, run_dir: Path, sizes: RLSizes, overrides: dict[str, object], seed: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """A variant's per-step metrics, and whether a finished run in `run_dir` was reused.
+
+    Every study run leaves hard-task upsampling and the evaluations off: upsampling reads
+    the episodes' lengths, so it would give each variant other tasks, and the studies
+    compare the episodes themselves."""
+    settings: dict[str, object] = {
+        **overrides,
+        "model": str(model),
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "local": True,
+        "loop.steps": sizes.steps,
+        "loop.group_size": sizes.group_size,
+        "loop.groups_per_step": sizes.groups_per_step,
+        "loop.upsample_hard_after": None,
+        "eval.per_template": 0,
+        "eval.every": 0,
+    }
+    if sizes.lr is not None:
+        settings["train.lr"] = sizes.lr
+    config = load_config(None, settings)
+    finished = finished_history(run_dir, config)
+    if finished is not None:
+        return finished, True
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return run_rl(config), False
+
+
+def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | None:
+    """The metrics of a run in `run_dir` that finished every step under exactly `config`."""
+    metrics, written = run_dir / "metrics.jsonl", run_dir / "config.toml"
+    if not (metrics.is_file() and written.is_file()):
+        return None
+    # What the file records (to_toml leaves out None settings on both sides) must agree.
+    if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return rows if len(rows) >= config.loop.steps else None
+
+
+def late_episodes(episodes: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+    """Episodes sampled entirely in the second half of a run of `steps` steps: in a
+    single-epoch run, the trained policy's first attempts at tasks it has not seen."""
+    return [e for e in episodes if min(e["versions"]) >= steps // 2]

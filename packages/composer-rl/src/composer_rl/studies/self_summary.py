@@ -1,0 +1,327 @@
+"""self-summary: the model's own summary against plain truncation, at the same context budget.
+
+The report's claim: when an episode fills its context, letting the model summarize its work
+and continue from the task plus that summary loses much less than a fixed compaction. Here
+the checkpoint runs the same held-out tasks three ways, greedily (so every episode is
+deterministic and the variants are paired by task):
+
+- `none`: no compaction; the context may grow to the engine's `max_seq_len` (the reference:
+  what an unlimited budget solves);
+- `summarize` at budget B: when the next turn could pass B tokens, the model is asked for a
+  summary and continues from the task and the summary (`composer_rl.rl.summarize`);
+- `truncate` at the same B: the oldest whole turns are dropped and the task and the most
+  recent turns that leave room for the next one are kept.
+
+Both compacting variants get the same trigger and the same number of compactions
+(`max_summaries`). The budgets are below what the held-out tasks of difficulty 1 and 2 need
+(their oracle episodes reach about 200 to 400 tokens, and a turn is given 160), so most
+episodes compact at least once. Difficulty 3 tasks are left out: the stage-one policy
+solves none of them with or without a budget, so they cannot show a difference.
+
+Measured per variant: pass@1 (± s.e. over tasks), the share of episodes that compacted,
+generated tokens per episode and per solved task, and how often a compaction carried the
+needed facts. The needed facts of a task are what its solution edits need and its
+instruction does not say: each edited file's path and the exact text an edit replaces. A
+compaction carried them when all of them appear in what it kept (the summary, or the kept
+turns). The compaction error of a variant is `none`'s pass@1 minus its own, on the tasks
+where both compacting variants compacted (paired by task).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.eval.evaluate import EvalConfig, run_eval
+from composer_rl.eval.stats import mean_se
+from composer_rl.rl.compare import heldout_tasks
+from composer_rl.rl.config import RolloutSection
+from composer_rl.rl.quick import random_checkpoint
+from composer_rl.rl.summarize import CompactionMode, SummaryConfig
+from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.tasks.model import Task
+
+MODES: tuple[CompactionMode, ...] = ("summarize", "truncate")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    per_template: int
+    budgets: tuple[int, ...]
+    max_difficulty: int
+
+
+QUICK = Sizes(per_template=1, budgets=(320,), max_difficulty=1)
+FULL = Sizes(per_template=8, budgets=(320, 448), max_difficulty=2)
+
+
+def needed_facts(task: Task) -> list[str]:
+    """What the solution needs that the instruction does not say: each edited path and each
+    replaced text (stripped), in order, without repeats."""
+    facts: list[str] = []
+    for edit in task.solution:
+        for fact in (edit.path, (edit.old or "").strip()):
+            if fact and fact not in task.instruction and fact not in facts:
+                facts.append(fact)
+    return facts
+
+
+def carried(facts: list[str], kept: str) -> float:
+    """The share of `facts` found verbatim in what a compaction kept (1.0 with no facts)."""
+    return sum(fact in kept for fact in facts) / len(facts) if facts else 1.0
+
+
+def episode_row(result: EpisodeResult) -> dict[str, Any]:
+    """One episode's numbers for the comparison (and result.json)."""
+    facts = needed_facts(result.task)
+    shares = [carried(facts, kept) for kept in result.compactions]
+    return {
+        "task": result.task.id,
+        "difficulty": int(result.task.difficulty),
+        "solved": bool(result.solved),
+        "generated_tokens": result.generated_tokens,
+        "compactions": len(result.compactions),
+        "stop_reason": result.stop_reason,
+        "facts": len(facts),
+        "carried": shares,
+    }
+
+
+def runner_config(mode: CompactionMode | None, budget: int) -> RunnerConfig:
+    """The RL loop's rollout settings, greedy, with the given compaction (None: none)."""
+    rollout = RolloutSection()
+    summary = (
+        SummaryConfig(
+            context_budget=budget,
+            summary_tokens=rollout.summary_tokens,
+            max_summaries=rollout.max_summaries,
+            mode=mode,
+        )
+        if mode is not None
+        else None
+    )
+    return RunnerConfig(
+        max_turns=rollout.max_turns,
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=0.0,
+        summary=summary,
+    )
+
+
+def run_variant(
+    checkpoint: Path, tasks: list[Task], mode: CompactionMode | None, budget: int
+) -> list[dict[str, Any]]:
+    config = EvalConfig(
+        runner=runner_config(mode, budget),
+        max_batch_size=24,
+        max_seq_len=RolloutSection().max_seq_len,
+    )
+    _, results = run_eval(checkpoint, tasks, config)
+    return [episode_row(r) for r in results]
+
+
+def _ratio(tokens: list[float], solved: list[float]) -> float:
+    return sum(tokens) / sum(solved) if sum(solved) else math.nan
+
+
+def compare_budget(
+    rows: dict[str, list[dict[str, Any]]], reference: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The two compacting variants at one budget, against each other and the reference."""
+    by_task = {v: {r["task"]: r for r in rs} for v, rs in {**rows, "none": reference}.items()}
+    both = sorted(
+        t for t in by_task["summarize"] if all(by_task[m][t]["compactions"] for m in MODES)
+    )
+    out: dict[str, Any] = {"tasks": len(by_task["none"]), "compacted_in_both": len(both)}
+    variants: dict[str, Any] = {}
+    for variant in (*MODES, "none"):
+        rs = list(by_task[variant].values())
+        solved = [float(r["solved"]) for r in rs]
+        tokens = [float(r["generated_tokens"]) for r in rs]
+        shares = [s for r in rs for s in r["carried"] if r["facts"]]
+        variants[variant] = {
+            "pass1": mean_se(solved),
+            "pass1_compacted": mean_se(float(by_task[variant][t]["solved"]) for t in both),
+            "compacted": mean_se(float(r["compactions"] > 0) for r in rs),
+            "tokens": mean_se(tokens),
+            "tokens_per_solved": _ratio(tokens, solved),
+            "all_facts_carried": mean_se(float(s == 1.0) for s in shares),
+            "facts_recall": mean_se(shares),
+            "compactions_with_facts": len(shares),
+        }
+    out["variants"] = variants
+
+    def paired(a: str, b: str) -> tuple[float, float]:
+        return mean_se(
+            float(by_task[a][t]["solved"]) - float(by_task[b][t]["solved"]) for t in both
+        )
+
+    out["summarize_minus_truncate"] = paired("summarize", "truncate")
+    out["error"] = {m: paired("none", m) for m in MODES}
+    return out
+
+
+def run_budgets(checkpoint: Path, sizes: Sizes) -> dict[str, Any]:
+    tasks = [t for t in heldout_tasks(sizes.per_template) if t.difficulty <= sizes.max_difficulty]
+    reference = run_variant(checkpoint, tasks, None, 0)
+    budgets: dict[str, Any] = {}
+    episodes: dict[str, Any] = {"none": reference}
+    for budget in sizes.budgets:
+        rows = {m: run_variant(checkpoint, tasks, m, budget) for m in MODES}
+        episodes.update({f"{m}@{budget}": r for m, r in rows.items()})
+        budgets[str(budget)] = compare_budget(rows, reference)
+    return {"tasks": len(tasks), "budgets": budgets, "episodes": episodes}
+
+
+def _fmt(pair: tuple[float, float] | list[float], digits: int = 3, sign: bool = False) -> str:
+    mean, se = pair
+    head = f"{mean:+.{digits}f}" if sign else f"{mean:.{digits}f}"
+    return head if math.isnan(se) else f"{head} ± {se:.{digits}f}"
+
+
+def verdict(result: dict[str, Any]) -> Verdict:
+    """Held when, at every budget, summarizing solves more of the compacted tasks than
+    truncating beyond 2 s.e. (paired by task)."""
+    diffs = {b: r["summarize_minus_truncate"] for b, r in result["budgets"].items()}
+    if any(math.isnan(se) for _, se in diffs.values()):
+        return Verdict(None, "too few compacted tasks", "Too few tasks compacted in both modes.")
+    parts = []
+    for budget, r in result["budgets"].items():
+        err = {m: r["error"][m][0] for m in MODES}
+        cut = (
+            f", compaction error cut by {1 - err['summarize'] / err['truncate']:.0%}"
+            if err["truncate"] > 0
+            else ""
+        )
+        parts.append(
+            f"budget {budget}: summarize - truncate {_fmt(diffs[budget], sign=True)} on "
+            f"{r['compacted_in_both']} tasks (errors against no budget: summarize "
+            f"{_fmt(r['error']['summarize'], sign=True)}, truncate "
+            f"{_fmt(r['error']['truncate'], sign=True)}{cut})"
+        )
+    summary = "Pass@1 on the tasks both modes compacted, paired by task: " + "; ".join(parts) + "."
+    better = [mean - 2 * se > 0 for mean, se in diffs.values()]
+    worse = [mean + 2 * se < 0 for mean, se in diffs.values()]
+    strength = ", ".join(f"{b}: {_fmt(d, sign=True)}" for b, d in diffs.items())
+    if all(better):
+        return Verdict(
+            True, "summarize beats truncate beyond 2 s.e. at every budget: " + strength, summary
+        )
+    if any(worse):
+        return Verdict(False, "truncate beats summarize beyond 2 s.e.: " + strength, summary)
+    return Verdict(False, "no difference beyond 2 s.e.: " + strength, summary)
+
+
+def _figure(result: dict[str, Any]) -> Figure:
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    budgets = list(result["budgets"])
+    width = 0.35
+    panels = (
+        ("pass1_compacted", "pass@1 on tasks both compacted"),
+        ("all_facts_carried", "compactions that carried every needed fact"),
+    )
+    for ax, (key, title) in zip(axes[:2], panels, strict=True):
+        for i, mode in enumerate(MODES):
+            means = [result["budgets"][b]["variants"][mode][key][0] for b in budgets]
+            errors = [result["budgets"][b]["variants"][mode][key][1] for b in budgets]
+            positions = [j + (i - 0.5) * width for j in range(len(budgets))]
+            ax.bar(positions, means, width, yerr=errors, capsize=3, label=mode)
+        ax.set_xticks(range(len(budgets)), [f"budget {b}" for b in budgets])
+        ax.set(title=title, ylim=(0, 1.05))
+        ax.grid(True, axis="y", alpha=0.3)
+    for j, b in enumerate(budgets):
+        ref = result["budgets"][b]["variants"]["none"]["pass1_compacted"][0]
+        axes[0].hlines(ref, j - 0.5, j + 0.5, colors="k", linestyles="--")
+    axes[0].plot([], [], "k--", label="no budget (same tasks)")
+    for ax in axes[:2]:
+        ax.legend()
+    for i, mode in enumerate(MODES):
+        values = [result["budgets"][b]["variants"][mode]["tokens_per_solved"] for b in budgets]
+        positions = [j + (i - 0.5) * width for j in range(len(budgets))]
+        axes[2].bar(positions, values, width, label=mode)
+    ref_tokens = result["budgets"][budgets[0]]["variants"]["none"]["tokens_per_solved"]
+    axes[2].axhline(ref_tokens, color="k", linestyle="--", label="no budget")
+    axes[2].set_xticks(range(len(budgets)), [f"budget {b}" for b in budgets])
+    axes[2].set(title="generated tokens per solved task (all tasks)")
+    axes[2].grid(True, axis="y", alpha=0.3)
+    axes[2].legend()
+    fig.suptitle("self-summary: the model's summary against plain truncation, same budget")
+    fig.tight_layout()
+    return fig
+
+
+def run(options: StudyOptions) -> StudyOutcome:
+    sizes = QUICK if options.quick else FULL
+    with tempfile.TemporaryDirectory(prefix="study-summary-") as tmp:
+        checkpoint = options.checkpoint or random_checkpoint(Path(tmp) / "random", options.seed)
+        result = run_budgets(checkpoint, sizes)
+    rows = []
+    for budget, r in result["budgets"].items():
+        for variant in (*MODES, "none"):
+            v = r["variants"][variant]
+            rows.append(
+                [
+                    budget,
+                    variant,
+                    _fmt(v["pass1"]),
+                    _fmt(v["pass1_compacted"]),
+                    _fmt(v["compacted"], 2),
+                    _fmt(v["tokens"], 1),
+                    "n/a"
+                    if math.isnan(v["tokens_per_solved"])
+                    else f"{v['tokens_per_solved']:.0f}",
+                    _fmt(v["all_facts_carried"], 2)
+                    if variant != "none" and v["compactions_with_facts"]
+                    else "n/a",
+                    _fmt(r["error"][variant], sign=True) if variant in MODES else "",
+                ]
+            )
+    notes = [
+        f"{result['tasks']} held-out tasks ({sizes.per_template} a template, difficulty <= "
+        f"{sizes.max_difficulty}), greedy; the RL loop's rollout settings (turns, tokens a turn, "
+        "summary room, compactions an episode). Means ± standard error over tasks.",
+        "'compacted in both': tasks where both modes compacted at least once; pass@1 there and "
+        "the compaction error (pass@1 without a budget minus with it) are paired by task.",
+        "Needed facts: each edited path and each replaced text of the task's solution that its "
+        "instruction does not state; a compaction carried them if all appear in what it kept.",
+        "The policy is the --checkpoint given (the stage-one SFT checkpoint in docs/studies): "
+        "its summaries were taught by the SFT demonstrations only. The report also trains them "
+        "with the episode's reward in RL; an RL checkpoint can be passed the same way.",
+    ]
+    if options.checkpoint is None:
+        notes.append(
+            "Random-weight policy (no --checkpoint): the pipeline is real, the behaviour is not "
+            "meaningful; pass the stage-one SFT checkpoint for the full study."
+        )
+    return StudyOutcome(
+        columns=[
+            "budget",
+            "variant",
+            "pass@1 (all)",
+            "pass@1 (compacted in both)",
+            "compacted",
+            "tokens per episode",
+            "tokens per solved task",
+            "compactions carrying all needed facts",
+            "compaction error",
+        ],
+        rows=rows,
+        figure=_figure(result),
+        verdict=verdict(result),
+        numbers={
+            "sizes": sizes.__dict__,
+            "checkpoint": str(options.checkpoint) if options.checkpoint else None,
+            **result,
+        },
+        notes=notes,
+    )
