@@ -16,6 +16,12 @@ from matplotlib.figure import Figure
 
 NOT_IMPLEMENTED = "not implemented yet: needs the RL loop's measured defaults"
 
+RANDOM_POLICY_NOTE = (
+    "Random-weight policy (no --checkpoint): the pipeline is real, the behaviour is not "
+    "meaningful; pass the stage-one SFT checkpoint for the full study."
+)
+"""The note of a study that trains or evaluates a policy and was given none."""
+
 
 @dataclass(frozen=True)
 class StudyOptions:

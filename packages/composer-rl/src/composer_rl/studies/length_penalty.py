@@ -42,7 +42,7 @@ from composer_rewards.rewards.length import LengthSettings
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
-from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.rl_runs import RLSizes, late_episodes, run_or_reuse
 
 VARIANTS = ("concave", "linear", "none")  # concave first: its first step fixes the linear weight
@@ -295,10 +295,7 @@ def run(options: StudyOptions) -> StudyOutcome:
             "the wall-clock below is this command's, not theirs."
         )
     if options.checkpoint is None:
-        notes.append(
-            "Random-weight policy (no --checkpoint): the pipeline is real, the behaviour is not "
-            "meaningful; pass the stage-one SFT checkpoint for the full study."
-        )
+        notes.append(RANDOM_POLICY_NOTE)
     return StudyOutcome(
         columns=[
             "difficulty",

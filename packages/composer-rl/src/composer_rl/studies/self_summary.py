@@ -48,7 +48,7 @@ from composer_rl.rl.compare import heldout_tasks
 from composer_rl.rl.config import RolloutSection
 from composer_rl.rl.quick import random_checkpoint
 from composer_rl.rl.summarize import CompactionMode, SummaryConfig
-from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.tasks.model import Task
 
 MODES: tuple[CompactionMode, ...] = ("summarize", "truncate")
@@ -177,7 +177,9 @@ def run_budgets(checkpoint: Path, sizes: Sizes) -> dict[str, Any]:
     budgets: dict[str, Any] = {}
     episodes: dict[str, Any] = {"none": reference}
     for budget in sizes.budgets:
-        rows = {m: run_variant(checkpoint, tasks, m, budget) for m in MODES}
+        rows: dict[str, list[dict[str, Any]]] = {
+            m: run_variant(checkpoint, tasks, m, budget) for m in MODES
+        }
         episodes.update({f"{m}@{budget}": r for m, r in rows.items()})
         budgets[str(budget)] = compare_budget(rows, reference)
     return {"tasks": len(tasks), "budgets": budgets, "episodes": episodes}
@@ -299,10 +301,7 @@ def run(options: StudyOptions) -> StudyOutcome:
         "with the episode's reward in RL; an RL checkpoint can be passed the same way.",
     ]
     if options.checkpoint is None:
-        notes.append(
-            "Random-weight policy (no --checkpoint): the pipeline is real, the behaviour is not "
-            "meaningful; pass the stage-one SFT checkpoint for the full study."
-        )
+        notes.append(RANDOM_POLICY_NOTE)
     return StudyOutcome(
         columns=[
             "budget",
