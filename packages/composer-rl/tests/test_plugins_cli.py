@@ -236,6 +236,7 @@ def test_commands_that_score_nothing_refuse_plugin_requests(
     assert "takes no plugin requests" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a fresh interpreter through the entry point (about 10 s)
 def test_the_console_script(job: Job) -> None:
     completed = subprocess.run(
         [

@@ -19,6 +19,10 @@ from composer_rl.services import EnvironmentConfig, Services, TrainingConfig, st
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()
 
+# Starting the four actors takes about 30 s of the module's 60 s (2 cores), so the whole
+# module is `slow`: `nox -s tests` runs it, the Python-version matrix only imports it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:

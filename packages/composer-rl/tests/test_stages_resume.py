@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from _stage_helpers import tiny_config, write_corpus
 from safetensors.torch import load_file
@@ -28,6 +29,7 @@ def _run(config: Path, run_dir: Path) -> None:
     subprocess.run(_command(config, run_dir), check=True, capture_output=True, timeout=600)
 
 
+@pytest.mark.slow  # three pretrain runs in subprocesses (about 35 s)
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     config = tmp_path / "config.json"

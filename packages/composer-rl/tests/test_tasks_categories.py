@@ -118,6 +118,7 @@ def test_new_templates_have_short_instructions_and_both_splits(name: str) -> Non
     assert all(Edit.model_validate(e.model_dump()) == e for e in heldout[0].solution)
 
 
+@pytest.mark.slow  # three fresh interpreters (about 15 s)
 def test_task_content_does_not_depend_on_the_hash_seed() -> None:
     """A task's text must be the same in every interpreter run (a set's repr is not)."""
     import subprocess

@@ -64,6 +64,7 @@ def test_oracle_problem_names_the_edit_and_the_file() -> None:
     assert no_repo is not None and "does not exist" in no_repo and "repo/ folder" in no_repo
 
 
+@pytest.mark.slow  # grades six tasks (7-13 s); test_validate_flags_a_broken_task stays quick
 def test_validate_reports_each_task_with_its_reason_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

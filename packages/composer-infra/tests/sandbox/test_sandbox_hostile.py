@@ -231,6 +231,7 @@ def test_commands_cannot_follow_symlinks_out(
 # -- resources --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 10 s over the backends
 def test_fork_bomb_is_bounded(backend: str, make_sandbox: MakeSandbox) -> None:
     if backend == "process" and cgroup_unavailable() is not None:
         pytest.skip(
@@ -293,6 +294,7 @@ def test_ten_gigabyte_file_is_capped(backend: str, make_sandbox: MakeSandbox) ->
     assert (sandbox.workspace / "big.bin").stat().st_size == 16 * 1024**2  # RLIMIT_FSIZE
 
 
+@pytest.mark.slow  # about 8 s over the backends; test_infinite_loop_is_killed stays quick
 def test_sigterm_ignoring_process_is_killed(backend: str, make_sandbox: MakeSandbox) -> None:
     marker = f"composer-stubborn-{uuid.uuid4().hex[:8]}"
     sandbox = make_sandbox(backend)

@@ -69,6 +69,7 @@ def assert_stays_still(sandbox: Sandbox, name: str, settle: float = 0.6) -> None
 # -- reward integrity ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # test_daemon_does_not_outlive_its_command stays quick
 def test_newline_named_daemon_does_not_survive(
     backend: str, make_sandbox: MakeSandbox, request: pytest.FixtureRequest
 ) -> None:
@@ -94,6 +95,7 @@ def test_newline_named_daemon_does_not_survive(
     assert_stays_still(sandbox, "newline.beat", settle=0.1)
 
 
+@pytest.mark.slow  # test_daemon_does_not_outlive_its_command stays quick
 def test_fork_chain_does_not_survive(
     backend: str, make_sandbox: MakeSandbox, request: pytest.FixtureRequest
 ) -> None:
@@ -323,6 +325,7 @@ def test_fifo_in_the_workspace_hangs_nothing(backend: str, make_sandbox: MakeSan
 DEEP = "import os\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nopen('leaf', 'w').write('deep')\n"
 
 
+@pytest.mark.slow  # about 12-20 s over the backends
 def test_deep_tree_snapshot_fork_close(
     backend: str, make_sandbox: MakeSandbox, tmp_path: Path
 ) -> None:
@@ -522,6 +525,7 @@ def test_workspace_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) 
         copy.close()
 
 
+@pytest.mark.slow  # holds for 8 s by design (about 25 s over the backends)
 def test_sandbox_memory_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) -> None:
     """Four processes each under the per-process limit cannot together pass the
     sandbox's total (cgroup)."""

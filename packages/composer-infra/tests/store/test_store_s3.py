@@ -114,6 +114,7 @@ def test_corrupt_object_and_deleted_delta(s3_bucket: str, s3_endpoint: str) -> N
     assert sub.rejected[-1][0] == 5 and "does not exist" in sub.rejected[-1][1]
 
 
+@pytest.mark.slow  # about 7-11 s
 def test_publisher_killed_mid_upload(s3_bucket: str, s3_endpoint: str) -> None:
     url = f"s3://{s3_bucket}/killed"
     env = {
@@ -226,6 +227,7 @@ class FlakyS3Proxy:
         self.server.server_close()
 
 
+@pytest.mark.slow  # retries with back-off (about 11 s)
 def test_throttled_requests_are_retried(s3_bucket: str, s3_endpoint: str) -> None:
     proxy = FlakyS3Proxy(s3_endpoint, failures=3)
     try:
