@@ -197,6 +197,7 @@ def test_router_replay_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert result["held"] is True
 
 
+@pytest.mark.slow  # two RL runs and a warm-up (about 20 s on an idle box, twice that loaded)
 def test_async_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = _quick("async", tmp_path / "async", capsys)
     sync, asynchronous = (result["numbers"]["results"][m] for m in ("sync", "async"))
