@@ -519,6 +519,12 @@ def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
     assert cpt_vs_rl.verdict(result).held is True
     flat = _budgets({5.0: [0.5, 0.3], 5.4: [0.3, 0.5], 5.8: [0.5, 0.3], 6.3: [0.3, 0.5]})
     assert cpt_vs_rl.verdict({"budgets": flat, "fits": cpt_vs_rl.fits(flat)}).held is False
+    unsolved = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
+    for budget in unsolved.values():
+        for run in budget["rl"].values():
+            run["solved"] = (0.0, 0.0)
+    verdict = cpt_vs_rl.verdict({"budgets": unsolved, "fits": cpt_vs_rl.fits(unsolved)})
+    assert verdict.held is None and "shaping" in verdict.summary
     rising = _budgets({5.0: [0.3], 5.4: [0.4], 5.8: [0.5], 6.3: [0.6]})
     assert cpt_vs_rl.verdict({"budgets": rising, "fits": cpt_vs_rl.fits(rising)}).held is False
 

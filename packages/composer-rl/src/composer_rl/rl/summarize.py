@@ -47,9 +47,7 @@ class SummaryConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in ("summarize", "truncate"):
-            raise ValueError(
-                f"summary mode must be 'summarize' or 'truncate'; got {self.mode!r}"
-            )
+            raise ValueError(f"summary mode must be 'summarize' or 'truncate'; got {self.mode!r}")
         if self.summary_tokens < 8 or self.context_budget <= self.summary_tokens:
             raise ValueError(
                 "summary: need summary_tokens >= 8 and context_budget > summary_tokens; got "

@@ -229,6 +229,18 @@ def verdict(result: dict[str, Any]) -> Verdict:
         return Verdict(None, "too few points to fit", "Too few budgets or RL runs for a fit.")
     if math.isnan(fit["r2"]):
         return Verdict(None, "no variation", "The reward was the same after every budget.")
+    solved_any = any(
+        r["solved"][0] > 0 for b in result["budgets"].values() for r in b["rl"].values()
+    )
+    if not solved_any:
+        return Verdict(
+            None,
+            "no RL run solved a task in its second half",
+            "No policy solved a held-out task after RL, so the reward differences are the "
+            f"shaping components alone (reward slope {fit['slope']:+.3f} ± "
+            f"{fit['slope_se']:.3f}, R² {fit['r2']:.2f}); the claim is about the reward of "
+            "solving tasks.",
+        )
     first = result["fits"]["first_reward"]
     solved = result["fits"]["solved"]
     summary = (
