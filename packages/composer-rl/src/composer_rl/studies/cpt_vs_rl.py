@@ -84,7 +84,9 @@ QUICK = Sizes(
     },
     rl=RLSizes(steps=4, group_size=2, groups_per_step=1, lr=None),
     rl_seeds=(0,),
-    rl_overrides=dict(QUICK_RL_SETTINGS),
+    # Alternating, so the second half has episodes however busy the machine is (asynchronous,
+    # four short steps may train only groups sampled by the first two versions).
+    rl_overrides={**QUICK_RL_SETTINGS, "loop.sync": True},
 )
 # SFT 300 steps (the default stage one takes 1400, half an hour here) and RL 8 steps of
 # 4 groups of 8, twice per budget: over an hour on two cores, a third of it making the SFT
