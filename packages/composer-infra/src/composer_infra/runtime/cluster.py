@@ -28,6 +28,9 @@ from composer_infra.runtime.config import RuntimeConfig
 
 log = logging.getLogger(__name__)
 
+RAYLET_STARTUP_TIMEOUT = "timed out during startup"
+"""What Ray says when a new node's raylet missed its fixed startup wait."""
+
 
 def refresh_ray_auth_config() -> None:
     """Make this process's Ray read ``RAY_AUTH_MODE`` (and the token) from the environment again.
@@ -92,15 +95,7 @@ class RayRuntime:
             "logging_level": logging.WARNING,
         }
         if cfg.address is None:
-            # "local" always starts a private instance; None would join any cluster that
-            # `ray start` left on this machine (or RAY_ADDRESS), which is never what we mean.
-            ray.init(
-                address="local",
-                num_cpus=cfg.num_cpus,
-                object_store_memory=cfg.object_store_memory,
-                include_dashboard=False,
-                **common,
-            )
+            self._start_local(common)
         else:
             try:
                 ray.init(address=cfg.address, **common)
@@ -118,6 +113,32 @@ class RayRuntime:
                 ) from error
         self._started_here = True
         return self
+
+    def _start_local(self, common: dict[str, Any]) -> None:
+        """Start a private instance; once more if its raylet missed Ray's startup wait.
+
+        Ray gives a new node's raylet a fixed 30 s to register with the GCS. On a box whose
+        cores are all busy (a training job beside the tests) it can take longer, and the
+        instance is then half-started. That is the machine's load, not a fault in the run,
+        so the instance is shut down and started once more before the error is raised."""
+        cfg = self.config
+        for attempt in (1, 2):
+            try:
+                # "local" always starts a private instance; None would join any cluster that
+                # `ray start` left on this machine (or RAY_ADDRESS), never what we mean.
+                ray.init(
+                    address="local",
+                    num_cpus=cfg.num_cpus,
+                    object_store_memory=cfg.object_store_memory,
+                    include_dashboard=False,
+                    **common,
+                )
+                return
+            except Exception as error:
+                if attempt == 2 or RAYLET_STARTUP_TIMEOUT not in str(error):
+                    raise
+                log.warning("the local Ray instance did not start in time (%s); retrying", error)
+                ray.shutdown()
 
     def stop(self) -> None:
         if self._started_here and ray.is_initialized():
