@@ -34,6 +34,8 @@ def test_standard_error_over_tasks() -> None:
     assert math.isnan(mean_se([1.0])[1])
     assert format_se(0.25, 0.0612) == "0.250 ± 0.061"
     assert format_se(0.25, math.nan) == "0.250"
+    assert format_se(0.0216, 0.0241, sign=True) == "+0.022 ± 0.024"
+    assert format_se(-10.5, 4.0, digits=1, sign=True) == "-10.5 ± 4.0"
 
 
 def test_bench_is_frozen_disjoint_larger_and_short() -> None:

@@ -152,6 +152,7 @@ def test_taught_model_summarizes_continues_and_segments_share_the_reward() -> No
     pm = build_plugin_manager()
     scored = score_result(result, lambda episode: score_episode(pm, episode), tokenizer)
     assert [t.segment for t in scored.trajectories] == [0, 1]
+    assert scored.record["compactions"] == 1  # the episode log counts them
     other = score_result(result, lambda episode: score_episode(pm, episode), tokenizer)
     other.reward = (scored.reward or 0.0) - 1.0
     trajs, _ = assign_advantages([scored, other])

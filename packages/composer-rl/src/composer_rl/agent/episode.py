@@ -382,15 +382,15 @@ class EpisodeRunner:
         continue from the task's prompt and the most recent whole turns that leave room
         for the next one. The kept turns are context in the new segment, never trained twice."""
         result = state.result
-        head = self.tokenizer.encode(render_prompt(result.task.instruction))
+        prompt = render_prompt(result.task.instruction)
+        head = self.tokenizer.encode(prompt)
         room = budget - self.config.max_new_tokens - len(head)
         start = truncation_start(state.turn_starts, len(state.ids), room)
         kept = state.ids[start:]
         result.segments.append(result.record)
         result.record = TokenRecord()
         result.compactions.append(self.tokenizer.decode(kept))
-        text = render_prompt(result.task.instruction) + result.compactions[-1]
-        result.transcript.segments.append(Segment("prompt", text))
+        result.transcript.segments.append(Segment("prompt", prompt + result.compactions[-1]))
         state.ids = head + kept
         result.record.add_context(state.ids)
         state.turn_starts = [len(head) + s - start for s in state.turn_starts if s >= start]

@@ -26,8 +26,8 @@ def mean_se(values: Iterable[float]) -> tuple[float, float]:
     return mean, statistics.stdev(data) / math.sqrt(len(data))
 
 
-def format_se(mean: float, se: float, digits: int = 3) -> str:
-    """'0.250 ± 0.061' (or just the mean when the SE is not defined)."""
-    if math.isnan(se):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+def format_se(mean: float, se: float, digits: int = 3, sign: bool = False) -> str:
+    """'0.250 ± 0.061' (or just the mean when the SE is not defined); `sign` writes the
+    mean's sign always ('+0.022 ± 0.024'), for differences."""
+    head = f"{mean:+.{digits}f}" if sign else f"{mean:.{digits}f}"
+    return head if math.isnan(se) else f"{head} ± {se:.{digits}f}"

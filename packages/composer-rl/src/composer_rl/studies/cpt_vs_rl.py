@@ -39,7 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from composer_rl.eval.stats import mean_se
+from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.stages.config import load_stage1_config
@@ -103,7 +103,7 @@ def stage_one(
     work: Path, steps: int, sizes: Sizes, first: Path | None
 ) -> tuple[Path, dict[str, Any]]:
     """Stage one with `steps` of pretraining (reused when finished); its SFT checkpoint and
-    the held-out CE after the pretraining and the long-context phases."""
+    the held-out CE after the pretraining, long-context and SFT phases."""
     run_dir = work / f"stage1-pretrain{steps}"
     every = min(100, steps)
     config = load_stage1_config(
@@ -376,6 +376,5 @@ def run(options: StudyOptions) -> StudyOutcome:
     )
 
 
-def _fmt(pair: tuple[float, float] | list[float], digits: int = 3) -> str:
-    mean, se = pair
-    return f"{mean:.{digits}f}" if math.isnan(se) else f"{mean:.{digits}f} ± {se:.{digits}f}"
+def _fmt(pair: tuple[float, float] | list[float]) -> str:
+    return format_se(pair[0], pair[1])

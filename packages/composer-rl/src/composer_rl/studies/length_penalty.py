@@ -39,7 +39,7 @@ from matplotlib.figure import Figure
 
 from composer_rewards import length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthSettings
-from composer_rl.eval.stats import mean_se
+from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
@@ -49,11 +49,10 @@ VARIANTS = ("concave", "linear", "none")  # concave first: its first step fixes 
 METRICS = ("generated_tokens", "turns", "solved")
 
 
-Sizes = RLSizes
-QUICK = Sizes(steps=8, group_size=2, groups_per_step=1, lr=None)
+QUICK = RLSizes(steps=8, group_size=2, groups_per_step=1, lr=None)
 # lr 3e-4 as in the learning runs of the composer-rl README: at the default 1e-4 the policy
 # moves too little in 20 steps for any reward to change behaviour.
-FULL = Sizes(steps=20, group_size=8, groups_per_step=8, lr=3e-4)
+FULL = RLSizes(steps=20, group_size=8, groups_per_step=8, lr=3e-4)
 
 
 def reference_x(episodes: list[dict[str, Any]], settings: LengthSettings) -> float:
@@ -122,7 +121,7 @@ def group_counts(episodes: list[dict[str, Any]], history: list[dict[str, Any]]) 
 
 
 def run_variants(
-    model: Path, work: Path, sizes: Sizes, base: dict[str, object], seed: int
+    model: Path, work: Path, sizes: RLSizes, base: dict[str, object], seed: int
 ) -> dict[str, Any]:
     """Run the three variants; the comparison, the settings each used and per-step lengths."""
     concave = LengthSettings()
@@ -170,13 +169,11 @@ def run_variants(
 
 
 def _fmt(pair: tuple[float, float], digits: int = 1) -> str:
-    mean, se = pair
-    return f"{mean:.{digits}f} ± {se:.{digits}f}" if not math.isnan(se) else f"{mean:.{digits}f}"
+    return format_se(*pair, digits=digits)
 
 
 def _signed(pair: tuple[float, float], digits: int = 1) -> str:
-    mean, se = pair
-    return f"{mean:+.{digits}f} ± {se:.{digits}f}" if not math.isnan(se) else f"{mean:+.{digits}f}"
+    return format_se(*pair, digits=digits, sign=True)
 
 
 def _figure(result: dict[str, Any]) -> Figure:

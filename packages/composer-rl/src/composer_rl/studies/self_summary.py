@@ -43,7 +43,7 @@ from matplotlib.figure import Figure
 
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
 from composer_rl.eval.evaluate import EvalConfig, run_eval
-from composer_rl.eval.stats import mean_se
+from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import heldout_tasks
 from composer_rl.rl.config import RolloutSection
 from composer_rl.rl.quick import random_checkpoint
@@ -186,9 +186,7 @@ def run_budgets(checkpoint: Path, sizes: Sizes) -> dict[str, Any]:
 
 
 def _fmt(pair: tuple[float, float] | list[float], digits: int = 3, sign: bool = False) -> str:
-    mean, se = pair
-    head = f"{mean:+.{digits}f}" if sign else f"{mean:.{digits}f}"
-    return head if math.isnan(se) else f"{head} ± {se:.{digits}f}"
+    return format_se(pair[0], pair[1], digits, sign)
 
 
 def verdict(result: dict[str, Any]) -> Verdict:
