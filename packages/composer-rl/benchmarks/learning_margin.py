@@ -139,7 +139,8 @@ def main() -> int:
     parser.add_argument("--model", type=Path, help="the SFT checkpoint RL starts from")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2],
                         help="RL seeds (none: only score the SFT policy)")  # fmt: skip
-    parser.add_argument("--per-template", type=int, default=10, help="held-out tasks a template")
+    parser.add_argument("--per-template", type=int, default=10,
+                        help="held-out tasks a template (0: all of them)")  # fmt: skip
     parser.add_argument("--k", type=int, default=4, help="temperature-1 samples a task (pass@k)")
     parser.add_argument("--k-per-template", type=int, default=4,
                         help="held-out tasks a template for the sampled pass (a subset)")  # fmt: skip
@@ -167,7 +168,9 @@ def main() -> int:
         overrides = {**quick, **overrides}
         args.seeds, args.per_template, args.k, args.k_per_template = args.seeds[:2], 1, 2, 1
     greedy_tasks = heldout_tasks(args.per_template, seed=0)
-    tasks = (greedy_tasks, heldout_tasks(min(args.k_per_template, args.per_template), seed=0))
+    # --per-template 0 scores every held-out task greedily; the sampled pass stays a subset.
+    k_per = min(args.k_per_template, args.per_template or args.k_per_template)
+    tasks = (greedy_tasks, heldout_tasks(k_per, seed=0))
     runs: dict[int, PolicyScores] = {}
     runner = None
     for seed in args.seeds:
