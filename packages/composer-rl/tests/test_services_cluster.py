@@ -47,9 +47,9 @@ ON_WORKER = {"worker_node": 0.01}
 def test_ray_address_flag_reads_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
     assert build_parser().parse_args(["services", "check"]).ray_address is None
-    monkeypatch.setenv(RAY_ADDRESS_ENV, "10.0.0.5:6379")
+    monkeypatch.setenv(RAY_ADDRESS_ENV, "127.0.0.2:6379")
     args = build_parser().parse_args(["services", "check"])
-    assert args.ray_address == "10.0.0.5:6379"
+    assert args.ray_address == "127.0.0.2:6379"
     args = build_parser().parse_args(["services", "check", "--ray-address", "127.0.0.1:7000"])
     assert args.ray_address == "127.0.0.1:7000"
 
