@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 from composer_kernels import nvfp4_quantize
 from composer_rl import cli
+from composer_rl.rl.config import load_config, to_toml
 from composer_rl.studies import (
     NOT_IMPLEMENTED,
     STUDIES,
@@ -23,6 +25,7 @@ from composer_rl.studies import (
     self_summary,
 )
 from composer_rl.studies.kl_estimators import measure_pair
+from composer_rl.studies.rl_runs import finished_history
 from composer_rl.tasks import Edit, Task
 
 ALL = [
@@ -476,6 +479,26 @@ def test_self_summary_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 # --- cpt-vs-rl -----------------------------------------------------------------------------
+
+
+def test_a_finished_run_is_reused_only_under_its_config_and_from_the_same_weights(
+    tmp_path: Path,
+) -> None:
+    model, run_dir = tmp_path / "sft" / "final", tmp_path / "rl"
+    model.mkdir(parents=True)
+    run_dir.mkdir()
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"weights")
+    config = load_config(None, {"model": str(model), "run_dir": str(run_dir), "loop.steps": 2})
+    (run_dir / "config.toml").write_text(to_toml(config))
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
+    other = load_config(None, {"model": str(model), "run_dir": str(run_dir), "loop.steps": 3})
+    assert finished_history(run_dir, other) is None  # another config, or too few steps
+    # The checkpoint at the same path rewritten after the run (a longer SFT): not reused.
+    written = (run_dir / "config.toml").stat().st_mtime
+    os.utime(weights, (written + 10, written + 10))
+    assert finished_history(run_dir, config) is None
 
 
 def test_log_linear_fit_matches_numpy() -> None:

@@ -58,9 +58,17 @@ def run_or_reuse(
 
 
 def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | None:
-    """The metrics of a run in `run_dir` that finished every step under exactly `config`."""
+    """The metrics of a run in `run_dir` that finished every step under exactly `config`,
+    from the checkpoint as it is now.
+
+    The config names the checkpoint by path only, and a study can rewrite the checkpoint at
+    that path (cpt-vs-rl's stage one with more SFT steps): a run older than its checkpoint's
+    weights trained another policy and is not reused."""
     metrics, written = run_dir / "metrics.jsonl", run_dir / "config.toml"
     if not (metrics.is_file() and written.is_file()):
+        return None
+    weights = Path(config.model) / "model.safetensors"
+    if weights.is_file() and weights.stat().st_mtime > written.stat().st_mtime:
         return None
     # What the file records (to_toml leaves out None settings on both sides) must agree.
     if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
