@@ -37,29 +37,22 @@ def test_a_time_limit_is_an_explicit_opt_in_on_the_command_line(tmp_path: Path) 
     assert limited.pretrain.time_limit_s == 90.0
 
 
-def _micro_phase(
-    name: str, steps: int, checkpoint_every: int, mtp_join_step: int | None = None
-) -> PhaseConfig:
-    """A phase of micro steps (32-token rows, one a step) that evaluates only at its end."""
-    return PhaseConfig(
-        name=name,
-        steps=steps,
-        seq_len=32,
-        rows_per_step=1,
-        eval_every=10,
-        eval_rows=1,
-        checkpoint_every=checkpoint_every,
-        mtp_join_step=mtp_join_step,
-        optim=OptimConfig(warmup_steps=1),
-    )
-
-
 def test_a_phase_without_a_limit_runs_every_step_and_joins_mtp_at_its_step(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     train = pack_documents(token_batch(seed=0, rows=8, length=40), 32, eos_id=0)
     model = ComposerModel(micro_config())
-    phase = _micro_phase("slow", steps=4, checkpoint_every=10, mtp_join_step=2)
+    phase = PhaseConfig(
+        name="slow",
+        steps=4,
+        seq_len=32,
+        rows_per_step=1,
+        eval_every=10,
+        eval_rows=1,
+        checkpoint_every=10,
+        mtp_join_step=2,
+        optim=OptimConfig(warmup_steps=1),
+    )
     checkpoints: list[int] = []
     result = train_phase(
         model, phase, train, train, tmp_path, on_checkpoint=checkpoints.append, show_progress=False
@@ -74,7 +67,16 @@ def test_a_phase_resumed_under_another_schedule_is_refused_with_what_to_do(tmp_p
     torch.set_num_threads(1)
     torch.manual_seed(0)
     train = pack_documents(token_batch(seed=0, rows=8, length=40), 32, eos_id=0)
-    phase = _micro_phase("sft", steps=2, checkpoint_every=1)
+    phase = PhaseConfig(
+        name="sft",
+        steps=2,
+        seq_len=32,
+        rows_per_step=1,
+        eval_every=10,
+        eval_rows=1,
+        checkpoint_every=1,
+        optim=OptimConfig(warmup_steps=1),
+    )
     train_phase(ComposerModel(micro_config()), phase, train, train, tmp_path, show_progress=False)
     # The same schedule resumes (nothing left to do); a longer one would re-stretch the
     # learning-rate schedule mid-run, so it is refused before any step.
