@@ -6,7 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from _services_support import micro_config, token_batch
 
@@ -61,33 +60,3 @@ def test_a_phase_without_a_limit_runs_every_step_and_joins_mtp_at_its_step(tmp_p
     assert (result.steps_done, result.stopped_early, result.mtp_joined_at) == (4, False, 2)
     records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["mtp_on"] for r in records if r["kind"] == "train"] == [0, 0, 1, 1]
-
-
-def test_a_phase_resumed_under_another_schedule_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    train = pack_documents(token_batch(seed=0, rows=8, length=40), 32, eos_id=0)
-    phase = PhaseConfig(
-        name="sft",
-        steps=2,
-        seq_len=32,
-        rows_per_step=1,
-        eval_every=10,
-        eval_rows=1,
-        checkpoint_every=1,
-        optim=OptimConfig(warmup_steps=1),
-    )
-    train_phase(ComposerModel(micro_config()), phase, train, train, tmp_path, show_progress=False)
-    # The same schedule resumes (nothing left to do); a longer one would re-stretch the
-    # learning-rate schedule mid-run, so it is refused before any step.
-    again = train_phase(
-        ComposerModel(micro_config()), phase, train, train, tmp_path, show_progress=False
-    )
-    assert again.steps_done == 2
-    longer = phase.model_copy(update={"steps": 5})
-    with pytest.raises(ValueError, match=r"'steps': 2.*'steps': 5.*another --run-dir"):
-        train_phase(
-            ComposerModel(micro_config()), longer, train, train, tmp_path, show_progress=False
-        )
-    records = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert sum(json.loads(r)["kind"] == "train" for r in records) == 2

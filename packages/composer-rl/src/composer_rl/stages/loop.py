@@ -231,24 +231,6 @@ def _batch_sampler(config: PhaseConfig) -> dict[str, Any]:
     return {"kind": "seeded_rows", "seed": config.seed, "rows_per_step": config.rows_per_step}
 
 
-def _schedule(config: PhaseConfig) -> dict[str, Any]:
-    """What a resumed phase must share with the run that wrote its checkpoints: the step
-    count and the optimizer settings set the learning-rate schedule, so resuming under other
-    ones (a longer SFT on the same run directory) would train a model neither run describes."""
-    return {"steps": config.steps, "optim": config.optim.model_dump(mode="json")}
-
-
-def _check_same_schedule(config: PhaseConfig, written: dict[str, Any] | None, where: Path) -> None:
-    if written is None or written == _schedule(config):
-        return  # the same schedule, or a checkpoint from before the schedule was recorded
-    raise ValueError(
-        f"the {config.name} phase's checkpoints in {where} were written under {written}, and "
-        f"this run asks for {_schedule(config)}: resume with the same step count and "
-        f"optimizer settings, or start the phase again in another --run-dir (or after "
-        f"removing {where})"
-    )
-
-
 def _check_same_step(step: int) -> None:
     """Every rank resumed from the same step (per-rank checkpoints written by one run)."""
     span = torch.tensor([step, -step], dtype=torch.int64)
@@ -293,7 +275,6 @@ def train_phase(
     mtp_joined_at: int | None = None
     resumed = checkpointer.load(model, optimizer)
     if resumed is not None:
-        _check_same_schedule(config, resumed.extra.get("schedule"), checkpoint_root)
         start_step = resumed.step
         mtp_joined_at = resumed.extra.get("mtp_joined_at")
     if parallel is not None and parallel.meshes is not None:
@@ -356,11 +337,7 @@ def train_phase(
                     optimizer=optimizer,
                     sampler=_batch_sampler(config),
                     policy_version=step,
-                    extra={
-                        "phase": config.name,
-                        "mtp_joined_at": mtp_joined_at,
-                        "schedule": _schedule(config),
-                    },
+                    extra={"phase": config.name, "mtp_joined_at": mtp_joined_at},
                 )
                 if on_checkpoint is not None:
                     on_checkpoint(step)
