@@ -25,7 +25,7 @@ from composer_rl.studies import (
     self_summary,
 )
 from composer_rl.studies.kl_estimators import measure_pair
-from composer_rl.studies.rl_runs import finished_history
+from composer_rl.studies.rl_runs import WEIGHTS_RECORD, finished_history, weights_digest
 from composer_rl.tasks import Edit, Task
 
 ALL = [
@@ -495,9 +495,15 @@ def test_a_finished_run_is_reused_only_under_its_config_and_from_the_same_weight
     assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
     other = load_config(None, {"model": str(model), "run_dir": str(run_dir), "loop.steps": 3})
     assert finished_history(run_dir, other) is None  # another config, or too few steps
-    # The checkpoint at the same path rewritten after the run (a longer SFT): not reused.
+    # Without a record of the weights, a checkpoint written after the run is not reused.
     written = (run_dir / "config.toml").stat().st_mtime
     os.utime(weights, (written + 10, written + 10))
+    assert finished_history(run_dir, config) is None
+    # With one, the content decides: the same weights written again (a quick study's random
+    # checkpoint) are reused, other weights at the same path (a longer SFT) are not.
+    (run_dir / WEIGHTS_RECORD).write_text(str(weights_digest(model)) + "\n")
+    assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
+    weights.write_bytes(b"other weights")
     assert finished_history(run_dir, config) is None
 
 

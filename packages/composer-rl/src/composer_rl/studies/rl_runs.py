@@ -7,6 +7,7 @@ instead of repeating them, and trains only what is missing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tomllib
@@ -54,7 +55,24 @@ def run_or_reuse(
     if finished is not None:
         return finished, True
     shutil.rmtree(run_dir, ignore_errors=True)
-    return run_rl(config), False
+    digest = weights_digest(model)
+    history = run_rl(config)
+    if digest is not None:
+        (run_dir / WEIGHTS_RECORD).write_text(digest + "\n")
+    return history, False
+
+
+WEIGHTS_RECORD = "checkpoint.sha256"
+"""The SHA-256 of the weights a study's RL run started from, beside its `config.toml`."""
+
+
+def weights_digest(model: Path) -> str | None:
+    """SHA-256 of a checkpoint's `model.safetensors` (None if it has none)."""
+    weights = model / "model.safetensors"
+    if not weights.is_file():
+        return None
+    with weights.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | None:
@@ -62,13 +80,17 @@ def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | 
     from the checkpoint as it is now.
 
     The config names the checkpoint by path only, and a study can rewrite the checkpoint at
-    that path (cpt-vs-rl's stage one with more SFT steps): a run older than its checkpoint's
-    weights trained another policy and is not reused."""
+    that path (cpt-vs-rl's stage one with more SFT steps): a run whose recorded weights
+    differ from the checkpoint's trained another policy and is not reused. A run without the
+    record (older than it) is not reused if the weights were written after it."""
     metrics, written = run_dir / "metrics.jsonl", run_dir / "config.toml"
     if not (metrics.is_file() and written.is_file()):
         return None
-    weights = Path(config.model) / "model.safetensors"
-    if weights.is_file() and weights.stat().st_mtime > written.stat().st_mtime:
+    record, weights = run_dir / WEIGHTS_RECORD, Path(config.model) / "model.safetensors"
+    if record.is_file():
+        if record.read_text().strip() != weights_digest(Path(config.model)):
+            return None
+    elif weights.is_file() and weights.stat().st_mtime > written.stat().st_mtime:
         return None
     # What the file records (to_toml leaves out None settings on both sides) must agree.
     if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
