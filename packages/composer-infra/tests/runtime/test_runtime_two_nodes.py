@@ -37,7 +37,7 @@ def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
         assert len(RayRuntime.alive_nodes()) == 1
     assert not ray.is_initialized()  # stop() disconnected the driver before the nodes went
     assert head.returncode is not None
-    survivors = [pid for pid in tree if _running(pid)]
+    survivors = {pid: _cmdline(pid) for pid, started in tree.items() if _running(pid, started)}
     assert not survivors, survivors
     assert cluster.processes == []
     assert os.environ.get("RAY_AUTH_MODE") == before.get("RAY_AUTH_MODE")
@@ -119,24 +119,43 @@ def test_a_driver_in_the_wrong_auth_mode_gets_a_clear_error(cluster: LocalCluste
     assert "RAY_AUTH_MODE=token" in done.stdout
 
 
-def _tree(pid: int) -> list[int]:
+def _tree(pid: int) -> dict[int, str]:
+    """Every process below `pid`, with its start time (a recycled pid is another process)."""
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}
     for line in out.splitlines():
         child, parent = map(int, line.split())
         children.setdefault(parent, []).append(child)
-    found, stack = [], [pid]
+    found: dict[int, str] = {}
+    stack = [pid]
     while stack:
         for child in children.get(stack.pop(), []):
-            found.append(child)
+            started = _started(child)
+            if started is not None:
+                found[child] = started
             stack.append(child)
     return found
 
 
-def _running(pid: int) -> bool:
+def _started(pid: int) -> str | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[19]
+
+
+def _running(pid: int, started: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    state = Path(f"/proc/{pid}/stat").read_text()
-    return state[state.rfind(")") + 2] != "Z"
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0] != "Z" and fields[19] == started
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "(exited)"

@@ -159,6 +159,9 @@ class LocalCluster:
         self._logs: list[IO[bytes]] = []
         self._log_paths: list[Path] = []
         self._saved_env: dict[str, str | None] = {}
+        # Each node's process tree as first seen once it joined: a daemon whose parent
+        # died since is no longer below the node at stop time, and must still be stopped.
+        self._started_trees: dict[int, dict[int, str]] = {}
 
     @property
     def num_nodes(self) -> int:
@@ -231,6 +234,7 @@ class LocalCluster:
                     )
                 )
             self.wait_for_nodes()
+            self._started_trees = {p.pid: _descendants(p.pid) for p in self.processes}
         except BaseException:
             self.stop()
             raise
@@ -325,14 +329,15 @@ class LocalCluster:
         finally:
             for log_file in self._logs:
                 log_file.close()
-            self.processes, self._logs = [], []
+            self.processes, self._logs, self._started_trees = [], [], {}
             self._restore_driver_env()
             refresh_ray_auth_config()
 
     def _stop_node(self, proc: subprocess.Popen[bytes]) -> None:
         # Ray workers and some daemons put themselves in their own process groups, so the
-        # node's group alone misses them: snapshot its whole process tree first.
-        tree = _descendants(proc.pid)
+        # node's group alone misses them: signal its whole process tree, as seen at start
+        # and now (start times guard against a recycled pid).
+        tree = {**self._started_trees.get(proc.pid, {}), **_descendants(proc.pid)}
         _signal(tree, proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         while time.monotonic() < deadline and (
@@ -343,8 +348,16 @@ class LocalCluster:
         _signal(tree, proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+        # SIGKILL is delivered, not done: a process with a large address space takes a
+        # moment to exit, and stop() promises that nothing it started is running after it.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p, t) for p, t in tree.items()):
+            time.sleep(0.05)
         if proc.returncode is None:
             log.warning("Ray node process %d did not exit after SIGKILL", proc.pid)
+        for pid, started in tree.items():
+            if _alive(pid, started):
+                log.warning("process %d of Ray node %d did not exit after SIGKILL", pid, proc.pid)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
