@@ -73,6 +73,11 @@ class TrainSection(_Section):
         default=1, ge=1, description="expert-parallel degree, dividing dp x cp (alias --ep)"
     )
     cp_mode: Literal["allgather", "ring"] = "allgather"
+    anchor_data: Path | None = Field(
+        default=None,
+        description="sft_tokens.pt for loss.anchor_weight > 0 (default: the one of the "
+        "stage-one run the model comes from, MODEL/../../sft_tokens.pt)",
+    )
 
     @property
     def ranks(self) -> int:

@@ -141,7 +141,26 @@ def plugin_config(config: RLConfig) -> dict[str, Any]:
     }
 
 
+def anchor_source(config: RLConfig) -> tuple[str | None, int]:
+    """The SFT anchor's demonstrations file and end-of-text id (None: the anchor is off).
+
+    By default the demonstrations the policy's stage-one run made (MODEL/../../), and the
+    tokenizer beside them, so the anchor's tokens are the policy's own tokenizer's."""
+    if config.loss.anchor_weight == 0:
+        return None, 0
+    path = config.train.anchor_data or config.model.parent.parent / "sft_tokens.pt"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"loss.anchor_weight = {config.loss.anchor_weight} needs stage-one demonstrations: "
+            f"no {path}; set train.anchor_data to a stage-one run's sft_tokens.pt, or "
+            "loss.anchor_weight = 0"
+        )
+    tokenizer = ComposerTokenizer.from_file(config.model / "tokenizer.json")
+    return str(path), tokenizer.eos_id
+
+
 def training_config(config: RLConfig) -> TrainingConfig:
+    anchor_data, anchor_eos_id = anchor_source(config)
     return TrainingConfig(
         optim=OptimConfig(
             lr=config.train.lr,
@@ -158,6 +177,8 @@ def training_config(config: RLConfig) -> TrainingConfig:
         parallel=ParallelConfig(
             dp=config.train.dp, cp=config.train.cp, ep=config.train.ep, cp_mode=config.train.cp_mode
         ),
+        anchor_data=anchor_data,
+        anchor_eos_id=anchor_eos_id,
     )
 
 

@@ -23,11 +23,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_model import ComposerModel, ModelOutput
-from composer_model.losses import mtp_loss, target_counts, target_ids
+from composer_model.losses import compute_loss, mtp_loss, target_counts, target_ids
 from composer_parallel import ContextParallel, ContextShard
 from composer_parallel.context import gather_sequence
 from composer_rl.rl.algorithm import KLEstimator, rl_objective
 from composer_rl.rl.batch import PackedBatch
+from composer_rl.stages.packing import Batch
 
 
 class RLLossConfig(BaseModel):
@@ -65,6 +66,16 @@ class RLLossConfig(BaseModel):
         ge=0,
         description="MTP self-distillation on the policy's own tokens; it trains the MTP "
         "modules only (the trunk, embedding and head are read detached)",
+    )
+    anchor_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="weight of the SFT anchor: next-token cross-entropy on stage-one "
+        "demonstrations each step, against the drift of answers RL rewards on some tasks "
+        "into tasks that ask for others (0: off)",
+    )
+    anchor_rows: int = Field(
+        default=1, ge=1, description="packed demonstration rows in each step's anchor"
     )
 
 
@@ -147,6 +158,7 @@ def rl_loss(
     reference: ComposerModel | None = None,
     whole: GlobalBatch | None = None,
     context: RLContext | None = None,
+    anchor: Batch | None = None,
 ) -> RLLoss:
     """The report's RL loss on one packed batch, plus MTP self-distillation (weighted).
 
@@ -154,9 +166,16 @@ def rl_loss(
     this rank's shares of the whole batch's (see `GlobalBatch`); the training step sums
     them over the ranks. `context` (a context-parallel rank; `whole` required): `batch` is
     the whole row of this rank's dp share, and the rank computes its head-tail shard of it
-    (see the module docstring)."""
+    (see the module docstring). `anchor` (stage-one demonstration rows, `stages.packing`)
+    adds ``anchor_weight`` x SFT's loss on them: the mean next-token cross-entropy on the
+    agent's own tokens (one process only)."""
     if context is not None and whole is None:
         raise ValueError("rl_loss under context parallelism needs `whole` (the global counts)")
+    if anchor is not None and (whole is not None or context is not None):
+        raise ValueError(
+            "the SFT anchor (loss.anchor_weight > 0) runs in one process only; set "
+            "loss.anchor_weight = 0 under --dp/--cp"
+        )
     replay = batch.routing if config.router_replay else None
     want_mtp = config.mtp_weight > 0 and bool(model.mtp_modules)
     depths = len(model.mtp_modules) if want_mtp else 0
@@ -254,6 +273,17 @@ def rl_loss(
         loss = loss + config.mtp_weight * extra
         metrics["mtp_loss"] = float(extra.detach())
         metrics["mtp_acceptance"] = acceptance
+    if anchor is not None and config.anchor_weight > 0:
+        anchored = compute_loss(
+            model,
+            anchor.input_ids,
+            positions=anchor.positions,
+            cu_seqlens=anchor.cu_seqlens,
+            mtp_weight=0.0,
+            loss_mask=anchor.mask,
+        )
+        loss = loss + config.anchor_weight * anchored.loss
+        metrics["anchor_loss"] = float(anchored.loss.detach())
     if whole is not None:  # per-token means -> this rank's token-weighted share
         share = terms.tokens / max(1, whole.sampled_tokens)
         for key in MEAN_METRICS:

@@ -69,10 +69,14 @@ from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.stages.config import ParallelConfig
+from composer_rl.stages.packing import PackedRows, batch_rows, make_batch, pack_documents
 
 LossFn = Callable[[ComposerModel, torch.Tensor, torch.Tensor], StepObjective]
 """An objective for `TrainingService.train_step`: (model, packed input ids [1, T],
 cu_seqlens) -> an object with a ``loss`` tensor and a ``metrics`` mapping."""
+
+ANCHOR_SEQ_LEN = 1024
+"""Row length of the SFT anchor's packed demonstrations (the SFT phase's)."""
 
 SERVICE_OPTIM = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
 
@@ -111,6 +115,12 @@ class TrainingConfig(BaseModel):
         description="dp x cp ranks (ep dividing them) joined in one process group: torchrun, "
         "or the Ray rank actors of start_services",
     )
+    anchor_data: str | None = Field(
+        default=None,
+        description="a stage-one run's sft_tokens.pt: the demonstrations of the SFT anchor "
+        "(needed when rl.anchor_weight > 0)",
+    )
+    anchor_eos_id: int = Field(default=0, ge=0, description="the tokenizer's end-of-text id")
 
 
 class TrainingService:
@@ -152,6 +162,7 @@ class TrainingService:
                 else None
             )
             self.rl_context = RLContext(self.parallel.context, reference_context)
+        self.anchor = self._anchor_rows()
         self.step = 0
         self.policy_version = 0
         self.loop_state: dict[str, Any] = {}
@@ -220,6 +231,26 @@ class TrainingService:
         a = attention_cost_ratio(self.model.config)
         plan = plan_global_batch(list(lengths), dp, a)
         return [i for micro in plan[self.parallel.dp_index] for i in micro.sequences]
+
+    def _anchor_rows(self) -> PackedRows | None:
+        """The SFT anchor's demonstrations, packed as the SFT phase packs them."""
+        if self.config.rl.anchor_weight == 0:
+            return None
+        if self.parallel is not None:
+            raise ValueError(
+                "the SFT anchor (loss.anchor_weight > 0) runs in one process only; set "
+                "loss.anchor_weight = 0 under --dp/--cp"
+            )
+        path = self.config.anchor_data
+        if path is None or not Path(path).is_file():
+            raise FileNotFoundError(
+                f"loss.anchor_weight > 0 needs the stage-one demonstrations (sft_tokens.pt), "
+                f"not found at {path!r}: set train.anchor_data, or loss.anchor_weight = 0"
+            )
+        ids, masks = torch.load(path, weights_only=False)["train"]
+        return pack_documents(
+            ids, ANCHOR_SEQ_LEN, self.config.anchor_eos_id, masks=masks, split_documents=False
+        )
 
     def train_step(
         self,
@@ -293,8 +324,14 @@ class TrainingService:
         if loop_state is not None:
             self.loop_state = dict(loop_state)
         if self.parallel is None:
+            anchor = None
+            if self.anchor is not None:  # rows a function of (seed, step): same after resume
+                rows = batch_rows(
+                    len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
+                )
+                anchor = make_batch(self.anchor, rows)
             stats = self._optimize(
-                lambda: rl_loss(self.model, batch, self.config.rl, self.reference)
+                lambda: rl_loss(self.model, batch, self.config.rl, self.reference, anchor=anchor)
             )
         else:  # this rank's share of the whole batch (every rank was given all of it)
             whole = global_batch_of(batch, len(self.model.mtp_modules))
