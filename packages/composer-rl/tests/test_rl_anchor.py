@@ -70,7 +70,7 @@ def test_the_anchor_adds_its_weight_times_sfts_loss_on_the_demonstrations() -> N
     assert float((anchored.loss - plain.loss).detach()) == pytest.approx(0.5 * float(sft), rel=1e-5)
     # Weight 0 with rows given is the plain loss: the knob, not the rows, turns it on.
     off = rl_loss(model, batch, RLLossConfig(is_cap=None), anchor=demo)
-    assert float(off.loss) == pytest.approx(float(plain.loss), rel=1e-6)
+    assert float(off.loss.detach()) == pytest.approx(float(plain.loss.detach()), rel=1e-6)
 
 
 def test_the_anchor_holds_a_demonstrated_answer_that_rl_pushes_down() -> None:
