@@ -23,11 +23,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_model import ComposerModel, ModelOutput
-from composer_model.losses import compute_loss, mtp_loss, target_counts, target_ids
+from composer_model.losses import mtp_loss, target_counts, target_ids
 from composer_parallel import ContextParallel, ContextShard
 from composer_parallel.context import gather_sequence
 from composer_rl.rl.algorithm import KLEstimator, rl_objective
 from composer_rl.rl.batch import PackedBatch
+from composer_rl.stages.loop import batch_loss
 from composer_rl.stages.packing import Batch
 
 
@@ -274,14 +275,7 @@ def rl_loss(
         metrics["mtp_loss"] = float(extra.detach())
         metrics["mtp_acceptance"] = acceptance
     if anchor is not None and config.anchor_weight > 0:
-        anchored = compute_loss(
-            model,
-            anchor.input_ids,
-            positions=anchor.positions,
-            cu_seqlens=anchor.cu_seqlens,
-            mtp_weight=0.0,
-            loss_mask=anchor.mask,
-        )
+        anchored = batch_loss(model, anchor, mtp_weight=0.0)  # SFT's own objective
         loss = loss + config.anchor_weight * anchored.loss
         metrics["anchor_loss"] = float(anchored.loss.detach())
     if whole is not None:  # per-token means -> this rank's token-weighted share
