@@ -158,3 +158,6 @@ def test_the_rl_config_finds_the_demonstrations_of_the_policys_stage_one_run(
         None, {"model": str(final), "loss.anchor_weight": 0.1, "train.anchor_data": str(elsewhere)}
     )
     assert anchor_source(chosen)[0] == str(elsewhere)
+    parallel = load_config(None, {"model": str(final), "loss.anchor_weight": 0.1, "train.dp": 2})
+    with pytest.raises(ValueError, match=r"train\.dp x train\.cp is 2"):
+        anchor_source(parallel)

@@ -144,10 +144,17 @@ def plugin_config(config: RLConfig) -> dict[str, Any]:
 def anchor_source(config: RLConfig) -> tuple[str | None, int]:
     """The SFT anchor's demonstrations file and end-of-text id (None: the anchor is off).
 
-    By default the demonstrations the policy's stage-one run made (MODEL/../../), and the
-    tokenizer beside them, so the anchor's tokens are the policy's own tokenizer's."""
+    By default the demonstrations the policy's stage-one run made (MODEL/../../), whose
+    tokens are the policy's tokenizer's; the end-of-text id is the policy's tokenizer's.
+    Refused before any service starts under --dp/--cp (the anchor runs in one process)."""
     if config.loss.anchor_weight == 0:
         return None, 0
+    if config.train.ranks > 1:
+        raise ValueError(
+            f"loss.anchor_weight = {config.loss.anchor_weight} runs in one training process "
+            f"only, and train.dp x train.cp is {config.train.ranks}: set loss.anchor_weight = 0 "
+            "or train.dp = train.cp = 1"
+        )
     path = config.train.anchor_data or config.model.parent.parent / "sft_tokens.pt"
     if not path.is_file():
         raise FileNotFoundError(
