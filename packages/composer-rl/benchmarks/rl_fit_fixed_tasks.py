@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -30,78 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from composer_rl.eval.stats import mean_se
-from composer_rl.rl.compare import PolicyScores, score_policy
+from composer_rl.rl.compare import PolicyScores, paired_margin, score_policy
 from composer_rl.rl.config import load_config
-from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl, runner_config
-from composer_rl.tasks import Split
-from composer_rl.tasks.io import save_tasks_jsonl
-from composer_rl.tasks.model import Task
-from composer_rl.tasks.sources import collect_tasks
-
-# Templates the SFT policy solves sometimes at temperature 1 (mixed groups: signal).
-TEMPLATES = (
-    "implement_stub",
-    "read_constant",
-    "fix_operator",
-    "extract_constant",
-    "add_sort_flag",
-    "find_definition",
-    "off_by_one",
-    "add_docstring",
-)
-
-
-def pick_tasks(count: int, seed: int) -> list[Task]:
-    """`count` training tasks, round robin over `TEMPLATES`, in a seeded order."""
-    by_template: dict[str, list[Task]] = {}
-    for task in collect_tasks(Split.TRAIN):
-        template = task.id.rsplit("-", 1)[0]
-        if template in TEMPLATES:
-            by_template.setdefault(template, []).append(task)
-    for tasks in by_template.values():
-        tasks.sort(key=lambda t: t.id)
-        tasks[:] = tasks[seed:] + tasks[:seed]
-    picked: list[Task] = []
-    while len(picked) < count and any(by_template.values()):
-        for template in TEMPLATES:
-            if by_template.get(template) and len(picked) < count:
-                picked.append(by_template[template].pop(0))
-    return picked
-
-
-def copies(tasks: list[Task], repeats: int) -> list[Task]:
-    """Each task `repeats` times under ids `<id>.r<k>`, marked as training tasks."""
-    return [
-        task.model_copy(
-            update={"id": f"{task.id}.r{k}", "metadata": {**task.metadata, "split": "train"}}
-        )
-        for k in range(repeats)
-        for task in tasks
-    ]
-
-
-def training_curve(run_dir: Path, parts: int = 4) -> list[tuple[float, float, int]]:
-    """Solve rate of the run's episodes in `parts` consecutive slices (mean, s.e. over
-    groups, episodes)."""
-    groups: dict[str, list[bool]] = {}
-    for episode in read_episodes(run_dir, scored_only=False):
-        groups.setdefault(episode["group"], []).append(bool(episode["solved"]))
-    ordered = [groups[g] for g in sorted(groups)]
-    out = []
-    size = max(1, math.ceil(len(ordered) / parts))
-    for start in range(0, len(ordered), size):
-        part = ordered[start : start + size]
-        mean, se = mean_se(sum(g) / len(g) for g in part)
-        out.append((mean, se, sum(len(g) for g in part)))
-    return out
-
-
-def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
-    """Mean of b - a over the tasks both scored, and its standard error."""
-    return mean_se(b[t] - a[t] for t in a if t in b)
+from composer_rl.studies.fixed_tasks import FixedTasks, training_curve
 
 
 def main() -> int:
@@ -126,8 +58,7 @@ def main() -> int:
         model, overrides = random_checkpoint(work / "tiny"), dict(QUICK_RL_SETTINGS)
         overrides.pop("tasks.per_template")
         args.tasks, args.repeats, args.group_size, args.groups_per_step, args.k = 2, 2, 2, 1, 2
-    tasks = pick_tasks(args.tasks, args.seed)
-    task_file = save_tasks_jsonl(copies(tasks, args.repeats), work / "tasks.jsonl")
+    tasks, task_file = FixedTasks(args.tasks, args.repeats).write(args.seed, work / "tasks.jsonl")
     steps = args.tasks * args.repeats // args.groups_per_step
     config = load_config(
         None,
@@ -170,7 +101,7 @@ def main() -> int:
     result: dict[str, Any] = {"tasks": [t.id for t in tasks], "repeats": args.repeats}
     for label, (field, key) in rows.items():
         sft, rl = getattr(scores["sft"], field), getattr(scores["rl"], field)
-        margin, se = paired(sft, rl)
+        margin, se, _ = paired_margin(sft, rl)
         print(
             f"{label}: SFT {statistics.fmean(sft.values()):.3f}, RL {statistics.fmean(rl.values()):.3f}"
             f", margin {margin:+.3f} ± {se:.3f} (paired over tasks)"

@@ -98,6 +98,16 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
         load_config(None, {"loop.group_size": 1})
     with pytest.raises(ConfigError, match=r"unknown key 'loop\.groups'"):
         load_config(None, {"loop.groups": 3})
+    with pytest.raises(ConfigError, match=r"train\.publish_dtype.*'float32' or 'bfloat16'"):
+        load_config(None, {"train.publish_dtype": "int8"})
+
+
+def test_publish_dtype_reaches_the_trainer() -> None:
+    from composer_rl.rl.run import training_config
+
+    assert training_config(load_config(None, {})).publish_dtype is None
+    config = load_config(None, {"train.publish_dtype": "bfloat16"})
+    assert training_config(config).publish_dtype == "bfloat16"
 
 
 def test_the_written_config_reads_back_to_the_same_config(tmp_path: Path) -> None:

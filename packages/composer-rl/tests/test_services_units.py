@@ -87,6 +87,40 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
         evaluation.close()
 
 
+def test_bf16_publishing_serves_rounded_weights_and_the_trainer_keeps_float32(
+    tmp_path: Path,
+) -> None:
+    """`publish_dtype='bfloat16'` (the RL setting `train.publish_dtype`): the engine decodes
+    with the trainer's weights rounded to bf16, its own parameters stay float32, and the
+    trainer's are untouched, so the two differ by exactly that rounding."""
+    url = (tmp_path / "weights").as_uri()
+    config = micro_config()
+    trainer = TrainingService(
+        config,
+        url,
+        None,
+        TrainingConfig(
+            optim=OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0),
+            publish_dtype="bfloat16",
+            seed=1,
+        ),
+    )
+    inference = InferenceService(config, url)
+    try:
+        trainer.train_step(token_batch(seed=0))
+        assert trainer.flush() == 1 and inference.sync() == 1
+        mine, served = trainer.model.state_dict(), inference.engine.model.state_dict()
+        floats = [k for k, v in mine.items() if v.is_floating_point()]
+        assert floats and all(mine[k].dtype == torch.float32 for k in floats)
+        assert all(served[k].dtype == torch.float32 for k in floats)
+        for key in floats:
+            assert torch.equal(served[key], mine[key].to(torch.bfloat16).float()), key
+        assert any(not torch.equal(served[k], mine[k]) for k in floats)  # rounding happened
+    finally:
+        trainer.close()
+        inference.close()
+
+
 @pytest.mark.skipif(
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
     reason="inductor needs a C++ compiler to capture the decode step on the CPU",

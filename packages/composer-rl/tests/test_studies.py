@@ -19,9 +19,11 @@ from composer_rl.studies import (
     NOT_IMPLEMENTED,
     STUDIES,
     Study,
+    StudyOptions,
     cpt_vs_rl,
     length_penalty,
     nvfp4_invariance,
+    router_replay,
     self_summary,
 )
 from composer_rl.studies.kl_estimators import measure_pair
@@ -181,9 +183,11 @@ def test_bit_differences_count_the_changed_bits() -> None:
     assert same["bits"] == 8 * (4 * 16 + 4 * 2 + 4 * 4)  # codes, block scales, FP32 scale
 
 
-def test_router_replay_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = _quick("router-replay", tmp_path / "rr", capsys)
-    rows = {(r["engine"], r["mode"]): r for r in result["numbers"]["rows"]}
+def test_router_replay_mismatch_quick() -> None:
+    rows = {
+        (r["engine"], r["mode"]): r
+        for r in router_replay.measure(StudyOptions(quick=True), router_replay.QUICK)
+    }
     # Same numerics: only the decode path differs, so the gap is fp32 round-off either way.
     assert rows[("fp32", "replay off")]["mean_abs"] < 1e-5
     # A bf16 engine routes some tokens differently; replaying its experts removes those
@@ -197,7 +201,38 @@ def test_router_replay_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     # Every row scored the same sampled tokens.
     assert len({r["tokens"] for r in rows.values()}) == 1
     assert 0 <= rows[("bf16", "replay + guard 0.1")]["guard_replacement_rate"] <= 1
+    assert router_replay._verdict(list(rows.values())).held is True
+
+
+@pytest.mark.slow  # the mismatch half, then two RL runs and three scorings (about 30 s idle)
+def test_router_replay_quick_trains_with_replay_on_and_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    result = _quick("router-replay", tmp_path / "rr", capsys, "--work-dir", str(work))
     assert result["held"] is True
+    learning = result["numbers"]["learning"]
+    on, off = learning["variants"]["replay on"], learning["variants"]["replay off"]
+    steps = learning["sizes"]["steps"]
+    assert on["steps"] == off["steps"] == steps == 4
+    # The two runs differ in router replay only, and their engines got bf16 weights.
+    for name, replay in (("replay-on", True), ("replay-off", False)):
+        config = load_config(work / "learning" / name / "config.toml", {})
+        assert config.loss.router_replay is replay
+        assert config.train.publish_dtype == "bfloat16"
+        assert config.tasks.source == work / "learning" / "tasks.jsonl"
+    assert off["replay_replacements"] == 0
+    # bf16-rounded weights on the engine: the trainer's logprobs differ from the engine's.
+    assert on["logprob_mismatch"] > 0 and off["logprob_mismatch"] > 0
+    for variant in (on, off):
+        assert variant["gain"]["sampled"]["tasks"] == len(learning["tasks"]) == 2
+        assert sum(n for _, _, n in variant["curve"]) == steps * 2  # every episode counted
+    table = (tmp_path / "rr" / "table.md").read_text()
+    assert "Effect on learning" in table and "replay on - off" in table
+    # A rerun on the same work directory reuses both finished runs.
+    again = _quick("router-replay", tmp_path / "rr2", capsys, "--work-dir", str(work))
+    variants = again["numbers"]["learning"]["variants"]
+    assert variants["replay on"]["reused"] and variants["replay off"]["reused"]
 
 
 @pytest.mark.slow  # two RL runs and a warm-up (about 20 s on an idle box, twice that loaded)

@@ -73,6 +73,13 @@ class TrainSection(_Section):
         default=1, ge=1, description="expert-parallel degree, dividing dp x cp (alias --ep)"
     )
     cp_mode: Literal["allgather", "ring"] = "allgather"
+    publish_dtype: Literal["float32", "bfloat16"] | None = Field(
+        default=None,
+        description="precision of the weights the engines receive (None: the trainer's, "
+        "float32). 'bfloat16' halves the sync's bytes, and the engines then decode with "
+        "bf16-rounded weights while the trainer keeps float32: a train/inference mismatch "
+        "of the kind router replay corrects (the router-replay study's learning runs)",
+    )
     anchor_data: Path | None = Field(
         default=None,
         description="sft_tokens.pt for loss.anchor_weight > 0 (default: the one of the "

@@ -177,6 +177,7 @@ def training_config(config: RLConfig) -> TrainingConfig:
             min_lr_ratio=1.0,
         ),
         checkpoint_every=config.train.checkpoint_every,
+        publish_dtype=config.train.publish_dtype,
         seed=config.seed,
         threads=config.threads,
         rl=config.loss,

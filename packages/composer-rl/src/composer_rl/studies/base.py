@@ -63,6 +63,8 @@ class StudyOutcome:
     verdict: Verdict
     numbers: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Further tables after the main one: (heading, columns, rows) each
+    more_tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)
 
 
 StudyFunction = Callable[[StudyOptions], StudyOutcome]

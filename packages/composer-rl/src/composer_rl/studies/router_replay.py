@@ -22,14 +22,19 @@ off), the engine's experts verbatim (replay, no guard) and with the guard (the R
 log pi_engine|, and the share of tokens whose truncated importance weight pi_train /
 pi_engine is above the RL loss's cap (2), i.e. the tokens whose gradient the mismatch
 bends. The replay-off rows also count the tokens where some layer's trainer routing differs
-from the engine's. The study measures the mismatch and its share of capped weights, not the
-effect on a run's reward: that needs an RL configuration that learns (issue 12).
+from the engine's.
+
+Then its effect on learning (`studies.router_replay_learning`): with a checkpoint (or
+`--quick`), two RL runs on a few training tasks seen again and again, where this policy
+does learn, replay on against off, the engines serving bf16-rounded weights.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from itertools import zip_longest
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -49,7 +54,17 @@ from composer_model import (
     load_pretrained,
     preset,
 )
-from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.rl.quick import random_checkpoint
+from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.router_replay_learning import (
+    LEARN_FULL,
+    LEARN_QUICK,
+    LEARNING_COLUMNS,
+    VARIANTS,
+    learning_rows,
+    learning_summary,
+    run_learning,
+)
 
 ENGINES: tuple[tuple[str, torch.dtype], ...] = (("fp32", torch.float32), ("bf16", torch.bfloat16))
 MODES: tuple[tuple[str, bool, float | None], ...] = (
@@ -178,9 +193,10 @@ def measure(options: StudyOptions, sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
-def _figure(rows: list[dict[str, Any]]) -> Figure:
-    fig, axes = plt.subplots(1, len(ENGINES), figsize=(11, 4), sharey=True)
-    for ax, (engine_name, _) in zip(axes, ENGINES, strict=True):
+def _figure(rows: list[dict[str, Any]], learning: dict[str, Any] | None) -> Figure:
+    panels = len(ENGINES) + (learning is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
+    for ax, (engine_name, _) in zip(axes, ENGINES, strict=False):
         for row in (r for r in rows if r["engine"] == engine_name):
             gaps = torch.tensor(row["abs_gaps"]).clamp_min(1e-12).sort().values
             share_above = 1.0 - torch.arange(len(gaps), dtype=torch.float64) / len(gaps)
@@ -190,7 +206,25 @@ def _figure(rows: list[dict[str, Any]]) -> Figure:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("share of tokens with a larger gap")
     axes[0].legend()
-    fig.suptitle("router-replay: train/inference log-probability mismatch")
+    if learning is not None:
+        ax = axes[-1]
+        for name, _ in VARIANTS:
+            curve = learning["variants"][name]["curve"]
+            x = [i + 1 for i in range(len(curve))]
+            ax.errorbar(
+                x,
+                [m for m, _, _ in curve],
+                yerr=[se for _, se, _ in curve],
+                marker="o",
+                capsize=3,
+                label=f"{name} (training episodes)",
+            )
+        ax.set_xlabel("quarter of the run")
+        ax.set_ylabel("solve rate")
+        ax.set_title(f"learning, engines on {learning['publish_dtype']} weights")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle("router-replay: train/inference log-probability mismatch and learning")
     fig.tight_layout()
     return fig
 
@@ -235,9 +269,23 @@ def _verdict(rows: list[dict[str, Any]]) -> Verdict:
     return Verdict(False, strength, summary)
 
 
+def learning(options: StudyOptions) -> dict[str, Any] | None:
+    """The two learning runs, or None in a full study without a checkpoint (runs on a
+    random policy at full size would cost half an hour and show nothing)."""
+    if options.checkpoint is None and not options.quick:
+        return None
+    sizes = LEARN_QUICK if options.quick else LEARN_FULL
+    with tempfile.TemporaryDirectory(prefix="study-replay-") as tmp:
+        work = (options.work_dir or Path(tmp)) / "learning"
+        work.mkdir(parents=True, exist_ok=True)
+        model = options.checkpoint or random_checkpoint(work / "random-policy", options.seed)
+        return run_learning(model, work, sizes, options.seed, quick=options.quick)
+
+
 def run(options: StudyOptions) -> StudyOutcome:
     sizes = QUICK if options.quick else FULL
     rows = measure(options, sizes)
+    learned = learning(options)
     table = [
         [
             r["engine"],
@@ -256,7 +304,46 @@ def run(options: StudyOptions) -> StudyOutcome:
         "sizes": sizes.__dict__,
         "checkpoint": str(options.checkpoint) if options.checkpoint else None,
         "rows": [{k: v for k, v in r.items() if k != "abs_gaps"} for r in rows],
+        "learning": learned,
     }
+    verdict = _verdict(rows)
+    notes = [
+        "The engine samples at temperature 1 with its batched, cached decode; the "
+        "trainer scores the same tokens in one packed fp32 forward.",
+    ]
+    more_tables = []
+    if learned is None:
+        notes.append(
+            "Effect on learning not measured: it trains from a stage-one checkpoint "
+            "(--checkpoint runs/stage1/sft/final), or --quick on a random policy."
+        )
+    else:
+        verdict = Verdict(
+            verdict.held,
+            verdict.strength
+            + f"; learning, replay on - off {learned['on_minus_off']['sampled']['mean']:+.3f} "
+            f"± {learned['on_minus_off']['sampled']['se']:.3f}",
+            verdict.summary + " " + learning_summary(learned),
+        )
+        more_tables.append(
+            (
+                "Effect on learning (the same seed, tasks and checkpoint; replay on and off)",
+                LEARNING_COLUMNS,
+                learning_rows(learned),
+            )
+        )
+        notes.append(
+            f"Learning runs: {learned['sizes']['steps']} steps x "
+            f"{learned['sizes']['groups_per_step']} groups x {learned['sizes']['group_size']} "
+            f"episodes on {learned['sizes']['tasks']} training tasks (each handed out "
+            f"{learned['repeats']} times), the engines receiving the trainer's weights as "
+            f"{learned['publish_dtype']} (`train.publish_dtype`; bf16 matmuls are emulated on "
+            "this CPU, so the engines decode in float32 on bf16-rounded weights). Scored on "
+            f"those tasks: greedy, and {learned['k']} samples at T=1 a task; gains paired "
+            "over tasks against the starting policy."
+        )
+        if options.checkpoint is None:
+            notes.append(RANDOM_POLICY_NOTE)
     return StudyOutcome(
         columns=[
             "engine",
@@ -270,14 +357,9 @@ def run(options: StudyOptions) -> StudyOutcome:
             "guard replacements",
         ],
         rows=table,
-        figure=_figure(rows),
-        verdict=_verdict(rows),
+        figure=_figure(rows, learned),
+        verdict=verdict,
         numbers=numbers,
-        notes=[
-            "The engine samples at temperature 1 with its batched, cached decode; the "
-            "trainer scores the same tokens in one packed fp32 forward.",
-            "Not measured here: the effect on a run's reward (needs an RL configuration "
-            "that learns; issue 12). The RL loop logs `logprob_mismatch` and "
-            "`replay_replacements` every step, with `loss.router_replay` on or off.",
-        ],
+        notes=notes,
+        more_tables=more_tables,
     )

@@ -62,6 +62,10 @@ def render_markdown(study: Study, outcome: StudyOutcome, wall: float, command: s
         "",
         markdown_table(outcome.columns, outcome.rows),
         "",
+    ]
+    for heading, columns, rows in outcome.more_tables:
+        parts += [f"**{heading}**", "", markdown_table(columns, rows), ""]
+    parts += [
         f"**Verdict: {verdict.label}** ({verdict.strength}). {verdict.summary}",
     ]
     if outcome.notes:
