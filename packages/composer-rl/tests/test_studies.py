@@ -542,6 +542,22 @@ def test_a_finished_run_is_reused_only_under_its_config_and_from_the_same_weight
     assert finished_history(run_dir, config) is None
 
 
+def test_a_run_whose_epoch_ran_out_counts_as_finished_a_killed_one_not(tmp_path: Path) -> None:
+    """A small task file can run out before `loop.steps` (constant groups are dropped):
+    that run ended (run_rl exported final/) and is reused; one killed at the same step is
+    not."""
+    model, run_dir = tmp_path / "sft" / "final", tmp_path / "rl"
+    model.mkdir(parents=True)
+    run_dir.mkdir()
+    config = load_config(None, {"model": str(model), "run_dir": str(run_dir), "loop.steps": 4})
+    (run_dir / "config.toml").write_text(to_toml(config))
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    assert finished_history(run_dir, config) is None  # killed after step 2
+    (run_dir / "final").mkdir()
+    (run_dir / "final" / "tokenizer.json").write_text("{}")
+    assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
+
+
 def test_log_linear_fit_matches_numpy() -> None:
     import numpy as np
 

@@ -76,8 +76,8 @@ def weights_digest(model: Path) -> str | None:
 
 
 def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | None:
-    """The metrics of a run in `run_dir` that finished every step under exactly `config`,
-    from the checkpoint as it is now.
+    """The metrics of a run in `run_dir` that finished under exactly `config` (every step,
+    or the epoch ran out first), from the checkpoint as it is now.
 
     The config names the checkpoint by path only, and a study can rewrite the checkpoint at
     that path (cpt-vs-rl's stage one with more SFT steps): a run whose recorded weights
@@ -96,7 +96,10 @@ def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | 
     if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
         return None
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return rows if len(rows) >= config.loop.steps else None
+    # A run whose epoch ran out before its last step (constant groups dropped from a small
+    # task file) ended too: `run_rl` exports final/ only when it returns.
+    ended = (run_dir / "final" / "tokenizer.json").is_file()
+    return rows if len(rows) >= config.loop.steps or ended else None
 
 
 def late_episodes(episodes: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:

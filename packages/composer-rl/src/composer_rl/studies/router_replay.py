@@ -333,10 +333,13 @@ def run(options: StudyOptions) -> StudyOutcome:
             )
         )
         notes.append(
-            f"Learning runs: {learned['sizes']['steps']} steps x "
+            f"Learning runs: up to {learned['sizes']['steps']} steps x "
             f"{learned['sizes']['groups_per_step']} groups x {learned['sizes']['group_size']} "
             f"episodes on {learned['sizes']['tasks']} training tasks (each handed out "
-            f"{learned['repeats']} times), the engines receiving the trainer's weights as "
+            f"{learned['repeats']} times; trained steps: "
+            + ", ".join(f"{n} {v['steps']}" for n, v in learned["variants"].items())
+            + ", as a run ends when its task copies are used up and constant groups are "
+            "left out), the engines receiving the trainer's weights as "
             f"{learned['publish_dtype']} (`train.publish_dtype`; bf16 matmuls are emulated on "
             "this CPU, so the engines decode in float32 on bf16-rounded weights). Scored on "
             f"those tasks: greedy, and {learned['k']} samples at T=1 a task; gains paired "
