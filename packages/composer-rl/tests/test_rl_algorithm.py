@@ -116,6 +116,10 @@ def test_kl_penalty_is_folded_into_the_advantage_detached() -> None:
     # The gradient is -w * A_t: the penalty does not differentiate through log pi.
     assert logp.grad.tolist() == pytest.approx([-shaped[0], -shaped[1]])
     assert terms.k1_mean == pytest.approx(sum(k1) / 2)
+    # Per-token variances over the sampled tokens (population form): k1 = (ln 2, 0) and
+    # k3 = (r - 1) - ln r with r = pi_ref / pi = (1/2, 1): (ln 2 - 1/2, 0).
+    assert terms.k1_var == pytest.approx((math.log(2) / 2) ** 2)
+    assert terms.k3_var == pytest.approx(((math.log(2) - 0.5) / 2) ** 2)
     assert terms.is_capped_share == 0.0
     assert terms.mismatch_mean == pytest.approx(0.0)
 

@@ -122,7 +122,10 @@ def test_kl_estimators_quick_with_an_rl_run(
 ) -> None:
     run = tmp_path / "rl"
     run.mkdir()
-    rows = [{"step": s, "kl_k1": 0.01 * s, "kl_k3": 0.012 * s} for s in range(1, 4)]
+    rows = [
+        {"step": s, "kl_k1": 0.01 * s, "kl_k3": 0.012 * s, "kl_k1_var": 1e-3, "kl_k3_var": 1e-3 * s}
+        for s in range(1, 4)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = _quick("kl-estimators", tmp_path / "kl", capsys, "--run-dir-of-rl", str(run))
     numbers = result["numbers"]
@@ -138,6 +141,9 @@ def test_kl_estimators_quick_with_an_rl_run(
     assert numbers["rl_run"]["steps"] == 3 and numbers["rl_run"]["kl_k3_last"] == pytest.approx(
         0.036
     )
+    # The run's per-token variances: k3's is above k1's at steps 2 and 3 only.
+    assert numbers["rl_run"]["kl_k3_var_last"] == pytest.approx(3e-3)
+    assert numbers["rl_run"]["steps_k3_var_above_k1_var"] == 2
     assert "--run-dir-of-rl" in result["command"]
     assert result["held"] is True
 

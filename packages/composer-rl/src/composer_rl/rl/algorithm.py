@@ -135,6 +135,8 @@ class RLTerms:
     is_capped_share: float
     k1_mean: float
     k3_mean: float
+    k1_var: float  # per-token variance over the sampled tokens (the kl-estimators study)
+    k3_var: float
     mismatch_mean: float  # mean |log pi_train - log pi_behaviour| over sampled tokens
     advantage_mean: float
 
@@ -176,12 +178,17 @@ def rl_objective(
     def mean(x: torch.Tensor | None) -> float:
         return float(x[sel].float().mean()) if x is not None and count else 0.0
 
+    def var(x: torch.Tensor | None) -> float:
+        return float(x[sel].double().var(correction=0)) if x is not None and count else 0.0
+
     return RLTerms(
         loss=loss,
         tokens=count,
         is_capped_share=mean(capped),
         k1_mean=mean(k1),
         k3_mean=mean(k3),
+        k1_var=var(k1),
+        k3_var=var(k3),
         mismatch_mean=mean((logp.detach() - behaviour_logp).abs()),
         advantage_mean=mean(shaped),
     )

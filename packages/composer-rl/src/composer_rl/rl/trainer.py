@@ -243,6 +243,8 @@ def rl_loss(
         "is_capped_share": terms.is_capped_share,
         "kl_k1": terms.k1_mean,
         "kl_k3": terms.k3_mean,
+        "kl_k1_var": terms.k1_var,
+        "kl_k3_var": terms.k3_var,
         "logprob_mismatch": terms.mismatch_mean,
         "replay_replacements": float(output.replacements),
     }

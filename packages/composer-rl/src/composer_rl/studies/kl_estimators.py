@@ -153,6 +153,10 @@ def _run_series(run_dir: Path | None) -> tuple[dict[str, list[float]] | None, st
         "kl_k1": [float(r["kl_k1"]) for r in rows],
         "kl_k3": [float(r["kl_k3"]) for r in rows],
     }
+    # Per-token variances over each batch's sampled tokens (logged since session 11).
+    if all("kl_k1_var" in r and "kl_k3_var" in r for r in rows):
+        series["kl_k1_var"] = [float(r["kl_k1_var"]) for r in rows]
+        series["kl_k3_var"] = [float(r["kl_k3_var"]) for r in rows]
     return series, None
 
 
@@ -198,7 +202,22 @@ def _figure(
         ax.set_xlabel("optimizer step")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        axes[1][-1].axis("off")
+        bottom = axes[1][-1]
+        if "kl_k1_var" in series:
+            for key, name, style in (("kl_k1_var", "k1", "-"), ("kl_k3_var", "k3", "--")):
+                bottom.semilogy(
+                    series["step"],
+                    [max(v, 1e-30) for v in series[key]],
+                    marker=".",
+                    linestyle=style,
+                    label=f"{name} per-token variance in the batch",
+                )
+            bottom.set_title("along the run: per-token variance", fontsize=9)
+            bottom.set_xlabel("optimizer step")
+            bottom.legend(fontsize=7)
+            bottom.grid(alpha=0.3, which="both")
+        else:
+            bottom.axis("off")
     fig.tight_layout()
     return fig
 
@@ -293,6 +312,18 @@ def run(options: StudyOptions) -> StudyOutcome:
             "kl_k1_max": max(series["kl_k1"]),
             "kl_k3_max": max(series["kl_k3"]),
         }
+        if "kl_k1_var" in series:
+            k1v, k3v = series["kl_k1_var"], series["kl_k3_var"]
+            numbers["rl_run"] |= {
+                "kl_k1_var_last": k1v[-1],
+                "kl_k3_var_last": k3v[-1],
+                "steps_k3_var_above_k1_var": sum(b > a for a, b in zip(k1v, k3v, strict=True)),
+            }
+            notes.append(
+                f"Per-token variance along the run (last step): k1 {k1v[-1]:.3g}, k3 "
+                f"{k3v[-1]:.3g}; k3's above k1's in "
+                f"{numbers['rl_run']['steps_k3_var_above_k1_var']} of {len(k1v)} steps."
+            )
         notes.append(
             f"RL run {options.rl_run_dir}: {len(series['step'])} steps, last batch-mean k1 "
             f"{series['kl_k1'][-1]:.4g}, k3 {series['kl_k3'][-1]:.4g} "
