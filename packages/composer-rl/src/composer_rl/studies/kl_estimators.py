@@ -153,7 +153,7 @@ def _run_series(run_dir: Path | None) -> tuple[dict[str, list[float]] | None, st
         "kl_k1": [float(r["kl_k1"]) for r in rows],
         "kl_k3": [float(r["kl_k3"]) for r in rows],
     }
-    # Per-token variances over each batch's sampled tokens (logged since session 11).
+    # Per-token variances over each batch's sampled tokens (older runs lack them).
     if all("kl_k1_var" in r and "kl_k3_var" in r for r in rows):
         series["kl_k1_var"] = [float(r["kl_k1_var"]) for r in rows]
         series["kl_k3_var"] = [float(r["kl_k3_var"]) for r in rows]
