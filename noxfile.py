@@ -87,12 +87,37 @@ def _sync(session: nox.Session, *args: str) -> None:
     )
 
 
+# Packages whose suites run in parallel pytest-xdist workers, one test file a worker (a
+# file's module-scoped fixtures, such as a two-node Ray cluster, stay in one process).
+# composer-rl's suite is mostly integration tests that start Ray, sandboxes and subprocess
+# trainers and spend much of their time waiting on them; one after another it took 62 of the
+# 100 minutes of `uv run nox` on the 2-core box. Not composer-infra: its sandbox and cluster
+# tests look for leftover processes machine-wide, and a second worker's would be found.
+PARALLEL_PACKAGES = {"composer-rl"}
+# Each worker holds a few Ray actors and engines (about 2-3 GB): more than 4 would crowd a
+# 24 GB box, and fewer cores than workers only adds switching.
+MAX_TEST_WORKERS = 4
+
+
+def _parallel_args(package: str) -> tuple[list[str], dict[str, str]]:
+    """pytest-xdist arguments and environment for `package`'s suite (none if it runs serially)."""
+    workers = min(MAX_TEST_WORKERS, os.cpu_count() or 1)
+    if package not in PARALLEL_PACKAGES or workers < 2:
+        return [], {}
+    # One BLAS thread a worker, so that the workers share the cores instead of fighting over them.
+    return ["-n", str(workers), "--dist", "loadfile"], {"OMP_NUM_THREADS": "1"}
+
+
 def _run_package_tests(session: nox.Session, package: str, *pytest_args: str) -> None:
     _sync(session, f"--package={package}", "--group=test")
     session.chdir(ROOT / "packages" / package)
+    parallel, env = _parallel_args(package)
     # Exit code 5 (no tests collected) is a failure: nox fails on any non-zero status.
     # The slowest tests are listed so that CI's log shows where the suite's time goes.
-    session.run("python", "-m", "pytest", "--durations=10", *pytest_args, *session.posargs)
+    session.run(
+        "python", "-m", "pytest", "--durations=10", *parallel, *pytest_args, *session.posargs,
+        env=env,
+    )  # fmt: skip
 
 
 @nox.session(python=PRIMARY_PYTHON)
