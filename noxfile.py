@@ -90,8 +90,8 @@ def _sync(session: nox.Session, *args: str) -> None:
 # Packages whose suites run in parallel pytest-xdist workers, one test file a worker (a
 # file's module-scoped fixtures, such as a two-node Ray cluster, stay in one process).
 # composer-rl's suite is mostly integration tests that start Ray, sandboxes and subprocess
-# trainers and spend much of their time waiting on them; one after another it took 62 of the
-# 100 minutes of `uv run nox` on the 2-core box. Not composer-infra: its sandbox and cluster
+# trainers and spend much of their time waiting on them; one after another it took 62 of about
+# 100 minutes of `uv run nox` on the 2-core box (a scoring job beside it). Not composer-infra: its sandbox and cluster
 # tests look for leftover processes machine-wide, and a second worker's would be found.
 PARALLEL_PACKAGES = {"composer-rl"}
 # Two workers is what was measured (2-core box: 62 -> 40.5 min). Each holds a few Ray actors
