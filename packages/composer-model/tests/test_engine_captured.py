@@ -24,7 +24,8 @@ HAS_COMPILER = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 needs_compiler = pytest.mark.skipif(
     not HAS_COMPILER, reason="inductor needs a C++ compiler to capture on the CPU"
 )
-# Each compiles the step (20-60 s on 2 cores): in `nox -s tests`, not in the version matrix.
+# Each compiles the step (20-60 s on 2 cores; the fall-back test all but its C++ build, 40-50
+# s): in `nox -s tests`, not in the version matrix.
 compiles = pytest.mark.slow
 
 PROMPTS = [[5, 9, 17, 3], [44, 2], [7, 7, 7, 7, 7, 7, 7, 7, 7], [100], [12, 13, 14]]
@@ -124,6 +125,7 @@ def test_captured_decode_reads_weights_updated_in_flight() -> None:
     assert {v for r in finished[1] for v in r.versions} == {1, 2}
 
 
+@compiles
 def test_a_failed_capture_decodes_eagerly_and_says_why(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -72,10 +72,12 @@ class EvalJob:
         args = [
             "eval", "--config", str(config), "--checkpoint", str(checkpoint),
             "--run-dir", str(run_dir),
-            "--out", str(run_dir.parent / "report.json"), "--per-template", "3",
+            "--out", str(run_dir.parent / "report.json"), "--per-template", "1",
             "--tasks-per-step", "1", "--max-turns", "1", "--max-new-tokens", "8",
             "--batch", "2", "--workers", "1", "--threads", "1",
         ]  # fmt: skip
+        # 21 tasks, so up to 21 paced steps a job; in a run with 3 a template the add landed
+        # at step 5 of the first job and the remove at step 2 of the second.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         with log.open("a") as out:
             self.process = subprocess.Popen(

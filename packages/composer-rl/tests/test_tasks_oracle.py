@@ -1,5 +1,6 @@
 """Every template's oracle solution passes its hidden tests and the unsolved repository
-fails them (one task per template and split here; more under the slow marker)."""
+fails them (one held-out task per template here; a seeded sample of each split under the
+slow marker)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def test_oracle_passes_and_unsolved_fails(template) -> None:  # type: ignore[no-
 @pytest.mark.slow
 @pytest.mark.parametrize("split", list(Split))
 def test_oracle_on_a_sample_of_every_template(split: Split) -> None:
-    for task in sample_tasks(collect_tasks(split), per_group=2, seed=1):
+    # One random task a template and split, each graded twice (about a second apiece): two
+    # a template made this the suite's slowest file and reached no template that one misses.
+    for task in sample_tasks(collect_tasks(split), per_group=1, seed=1):
         _check(task)
 
 
