@@ -91,9 +91,13 @@ def _sync(session: nox.Session, *args: str) -> None:
 # file's module-scoped fixtures, such as a two-node Ray cluster, stay in one process).
 # composer-rl's suite is mostly integration tests that start Ray, sandboxes and subprocess
 # trainers and spend much of their time waiting on them; one after another it took 62 of about
-# 100 minutes of `uv run nox` on the 2-core box (a scoring job beside it). Not composer-infra: its sandbox and cluster
-# tests look for leftover processes machine-wide, and a second worker's would be found.
-PARALLEL_PACKAGES = {"composer-rl"}
+# 100 minutes of `uv run nox` on the 2-core box (a scoring job beside it). composer-infra's
+# sandbox and cluster tests wait on bwrap, runsc, Ray nodes and a moto server: 6.9 min serial
+# against 3.8-3.9 min in two workers (three runs, idle 2-core box, all green). Its tests that
+# scan /proc for leftover processes look only for their own: a uuid marker in the command
+# line, the sandbox's own random uid, or the descendants of a pid they started; Ray nodes and
+# moto take free ports. The other packages' suites take under two minutes each.
+PARALLEL_PACKAGES = {"composer-infra", "composer-rl"}
 # Two workers is what was measured (2-core box: 62 -> 40.5 min). With bytecode cached (below)
 # the two keep both cores busy (vmstat: 4% idle over the suite), so a third would not help
 # there. Each holds a few Ray actors and engines (2-3 GB), and a container can report more
