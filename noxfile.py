@@ -96,7 +96,7 @@ def _sync(session: nox.Session, *args: str) -> None:
 # against 3.8-3.9 min in two workers (three runs, idle 2-core box, all green). Its tests that
 # scan /proc for leftover processes look only for their own: a uuid marker in the command
 # line, the sandbox's own random uid, or the descendants of a pid they started; Ray nodes and
-# moto take free ports. The other packages' suites take under two minutes each.
+# moto take free ports. The other packages' suites take under three minutes each.
 PARALLEL_PACKAGES = {"composer-infra", "composer-rl"}
 # Two workers is what was measured (2-core box: 62 -> 40.5 min). With bytecode cached (below)
 # the two keep both cores busy (vmstat: 4% idle over the suite), so a third would not help
@@ -124,7 +124,8 @@ def _bytecode_cache_env(session: nox.Session) -> dict[str, str]:
     first process that imports a module, into the venv (PYTHONPYCACHEPREFIX): nothing is
     added to the install, nothing lands in the source tree, and the sandboxes' commands,
     whose environment is built clean, are unchanged. Measured on the idle 2-core box:
-    composer-rl's suite 21.5 min without, 13.7 min with; all of `uv run nox` 40 min.
+    composer-rl's suite 21.5 min without, 13.7 min with; all of `uv run nox` 40 min (a rerun
+    on 2026-12-03 with composer-infra's suite also in workers: 18.4 min).
     (`uv sync --compile-bytecode` does the same eagerly: 28 s a fresh venv, for every file.)
     """
     return {
