@@ -180,12 +180,13 @@ def grade(environment: Any, task: Any, files: dict[str, str]) -> Any:
     spec = SandboxTask(
         task_id=task.id,
         instruction=task.instruction,
-        files={**files, **task.tests},
+        files=files,
         test_command=task.test_command,
     )
     sandbox_id = ray.get(environment.open.remote(spec))
     try:
-        return ray.get(environment.run_tests.remote(sandbox_id))
+        # The hidden tests go in as the grader writes them (with the probe and its runner).
+        return ray.get(environment.run_tests.remote(sandbox_id, task.tests))
     finally:
         ray.get(environment.close.remote(sandbox_id))
 

@@ -137,7 +137,8 @@ FAKER = (
     "open('faker.started', 'w').write('1')\n"
     "while True:\n"
     "    for pattern in ('/workspace/**/*.xml', '/workspace/.*.xml', '/tmp/**/*.xml',\n"
-    "                    '/composer-grading/**/*.xml', os.getcwd() + '/.*.xml'):\n"
+    "                    '/composer-grading/**/*.xml', os.getcwd() + '/.*.xml',\n"
+    "                    '/composer-grading/**/*.json', os.getcwd() + '/.*/*.json'):\n"
     "        for path in glob.glob(pattern, recursive=True):\n"
     "            try:\n"
     "                open(path, 'w').write(FAKE)\n"
@@ -163,7 +164,7 @@ def test_survivor_cannot_fake_grading(
         sandbox.start_background("python faker.py")
     sandbox.write_file("tests/test_calc.py", "def test_add():\n    assert False\n")
     report = sandbox.run_tests()
-    assert report.source == "junit", report.output
+    assert report.source == "grader", report.output
     assert report.failed == 1 and report.passed == 0, report
 
 
@@ -175,7 +176,10 @@ HIDDEN_TASK = Task(
 )
 HIDDEN_TESTS = {
     "_grading/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef pair():\n    return 1, 2\n",
-    "_grading/test_hidden.py": "from calc import add\n\n\ndef test_add(pair):\n    assert add(*pair) == 3\n",
+    "_grading/test_hidden.py": (
+        "from workspace_probe import call\n\n\n"
+        "def test_add(pair):\n    assert call('calc', 'add', *pair) == 3\n"
+    ),
 }
 # What a policy can leave in the workspace to be paid without fixing `add`.
 PASS_EVERYTHING_HOOK = (
@@ -215,10 +219,10 @@ def test_hidden_tests_are_graded_as_written(backend: str, make_sandbox: MakeSand
     on the fix, so the exploits below are measured against a grader that works."""
     sandbox = make_sandbox(backend, HIDDEN_TASK)
     report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
-    assert report.source == "junit" and (report.passed, report.failed) == (0, 1), report
+    assert report.source == "grader" and (report.passed, report.failed) == (0, 1), report
     sandbox.write_file("calc.py", "def add(a, b):\n    return a + b\n")
     report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
-    assert report.source == "junit" and (report.passed, report.failed) == (1, 0), report
+    assert report.source == "grader" and (report.passed, report.failed) == (1, 0), report
 
 
 def test_workspace_files_cannot_change_the_grade(backend: str, make_sandbox: MakeSandbox) -> None:
@@ -229,7 +233,7 @@ def test_workspace_files_cannot_change_the_grade(backend: str, make_sandbox: Mak
     for path, text in PLANTS.items():
         sandbox.write_file(path, text)
     report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
-    assert report.source == "junit", report.output
+    assert report.source == "grader", report.output
     assert (report.passed, report.failed) == (0, 1), report
 
 
@@ -261,7 +265,7 @@ def test_survivor_cannot_rewrite_the_hidden_tests(
     if backend == "gvisor":
         sandbox.start_background("python rewriter.py")
     report = sandbox.run_tests(hidden_tests=HIDDEN_TESTS)
-    assert report.source == "junit", report.output
+    assert report.source == "grader", report.output
     assert (report.passed, report.failed) == (0, 1), report
 
 
@@ -282,11 +286,16 @@ def test_hidden_tests_need_one_folder(
 
 def test_grading_report_is_not_in_the_workspace(backend: str, make_sandbox: MakeSandbox) -> None:
     """Nothing the policy's commands can list is the report (bwrap and gvisor give the
-    test command a directory of its own; every backend leaves no report behind)."""
+    test command a directory of its own; every backend leaves no report, runner or nonce
+    behind)."""
     sandbox = make_sandbox(backend)
     report = sandbox.run_tests()
-    assert report.source == "junit" and report.failed == 1 and report.passed == 1
-    assert not [p for p in os.listdir(sandbox.workspace) if p.endswith(".xml")]
+    assert report.source == "grader" and report.failed == 1 and report.passed == 1
+    assert not [p for p in os.listdir(sandbox.workspace) if p.startswith(".composer")]
+    graded = make_sandbox(backend, HIDDEN_TASK)
+    hidden = graded.run_tests(hidden_tests=HIDDEN_TESTS)
+    assert hidden.source == "grader" and hidden.failed == 1, hidden
+    assert not [p for p in os.listdir(graded.workspace) if p != "calc.py"]
 
 
 # -- the host side must not hang ------------------------------------------------------
@@ -528,9 +537,7 @@ def test_workspace_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) 
 @pytest.mark.slow  # holds for 8 s by design (about 25 s over the backends)
 def test_sandbox_memory_is_bounded_in_total(backend: str, make_sandbox: MakeSandbox) -> None:
     """Four processes each under the per-process limit cannot together pass the
-    sandbox's total (cgroup)."""
-    if backend == "gvisor":
-        pytest.skip("gVisor: runs with --ignore-cgroups; per-process RLIMIT_AS only")
+    sandbox's total (cgroup; gVisor's Sentry is put in it by the host)."""
     reason = cgroup_unavailable()
     if reason:
         pytest.skip(f"no cgroups here: {reason}")
@@ -550,7 +557,12 @@ def test_sandbox_memory_is_bounded_in_total(backend: str, make_sandbox: MakeSand
     command += "for i in 1 2 3 4; do python hold.py & done; wait"
     result = sandbox.run(command, timeout=30)
     held = result.output.count("HELD")
-    assert 1 <= held <= 2, result.output  # 4 x 150 MiB held together would pass 400 MiB
+    assert held <= 2, result.output  # 4 x 150 MiB held together would pass 400 MiB
+    if backend == "gvisor":  # the cgroup's OOM killer ends the Sentry: the whole sandbox
+        assert "ran out of memory" in result.output, result.output
+        assert sandbox.run("echo again").output.endswith("again\n")
+    else:  # one process is killed, the others go on
+        assert held >= 1, result.output
 
 
 def test_setid_files_do_not_reach_the_host(
@@ -598,7 +610,7 @@ def test_cgroups_of_dead_hosts_are_cleaned_up(backend: str, make_sandbox: MakeSa
     process removes it, and a closed sandbox leaves none."""
     from composer_infra.sandbox import cgroups
 
-    if cgroups.cgroup_unavailable() is not None or backend == "gvisor":
+    if cgroups.cgroup_unavailable() is not None:
         pytest.skip("no per-sandbox cgroups here")
     sandbox = make_sandbox(backend)
     group = sandbox.runtime.cgroup  # type: ignore[attr-defined]

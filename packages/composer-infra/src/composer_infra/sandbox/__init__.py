@@ -5,7 +5,7 @@ from composer_infra.sandbox import Sandbox, SnapshotStore, Task
 task = Task(instruction="make the tests pass", files={...}, test_command="python -P -m pytest -q")
 with Sandbox.create(task) as sandbox:          # bwrap by default
     sandbox.call("edit_file", {"path": "calc.py", "old": "-", "new": "+"})
-    report = sandbox.run_tests()               # passed / failed / errors / per test
+    report = sandbox.run_tests(hidden_tests={"_grading/test_x.py": "..."})  # the verdict
     snap = sandbox.snapshot(SnapshotStore(store_dir))
 again = Sandbox.restore(snap, SnapshotStore(store_dir))   # here or on another worker
 """
@@ -15,7 +15,6 @@ from composer_infra.sandbox.backend import (
     BackendUnavailable,
     Runtime,
     SandboxBackend,
-    grading_env,
 )
 from composer_infra.sandbox.backends.process import UnsandboxedWarning
 from composer_infra.sandbox.config import ResourceLimits, SandboxConfig
@@ -60,7 +59,6 @@ __all__ = [
     "UnsandboxedWarning",
     "add_sandbox_hooks",
     "default_registry",
-    "grading_env",
     "hidden_tests_dir",
     "hookimpl",
     "hookspec",

@@ -8,15 +8,18 @@ commands and, if it can, capture the memory of what is running.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
-import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from composer_infra.sandbox.config import SandboxConfig
+from composer_infra.sandbox.grading.runner import REPORT_NAME
+from composer_infra.sandbox.grading.verdict import GradingRun
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
+from composer_infra.sandbox.tree import remove_tree
 
 Isolation = Literal["none", "namespaces", "gvisor", "vm", "other"]
 
@@ -49,25 +52,31 @@ class Runtime(ABC):
         their command (bwrap: one pid namespace per command) have nothing to do.
         """
 
-    def grade(
-        self, test_command: str, *, timeout: float, tests_dir: str | None = None
-    ) -> tuple[CommandResult, bytes | None]:
-        """Run the task's test command and return its result and pytest's JUnit XML.
+    def grade(self, run: GradingRun, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """Run the grader's runner (`run`) and return its result and the report it wrote.
 
-        The caller has called `kill_all` first; `tests_dir` (workspace-relative) holds
-        the hidden tests, the only place conftests are read from (`junit_command`). This default writes the report into the
-        workspace under a random name and reads it after the command (every process of
-        which is gone by then); backends that can give the test command a directory no
-        other command sees override `_grading_dir` (bwrap, gvisor).
+        The caller has called `kill_all` and written the runner, the probe and the hidden
+        tests (`run.runner_dir`, `run.tests_dir`). This default makes the report's folder
+        in the workspace under a random name after the kill, writes the nonce there and
+        reads the report once every process of the command is gone; backends that can give
+        the test command a directory no other command sees override it (bwrap, gvisor) and
+        pass `own_pid_namespace` when the runner is alone in a pid namespace with what it
+        starts (it then kills the rest before writing the report).
         """
-        name = f".composer-junit-{uuid.uuid4().hex}.xml"
-        result = self.run(
-            junit_command(f"{self.guest_workspace}/{name}", test_command, tests_dir),
-            timeout=timeout,
-        )
-        report = read_report(self.workspace / name)
-        (self.workspace / name).unlink(missing_ok=True)
-        return result, report
+        name = f".composer-report-{secrets.token_hex(16)}"
+        folder = self.workspace / name
+        folder.mkdir(mode=0o700)
+        try:
+            if self.owner is not None:
+                os.chown(folder, *self.owner)
+            run.write_nonce(folder, self.owner)
+            command = run.shell_command(
+                self.guest_workspace, f"{self.guest_workspace}/{name}", own_pid_namespace=False
+            )
+            result = self.run(command, timeout=timeout)
+            return result, read_report(folder / REPORT_NAME)
+        finally:
+            remove_tree(folder)
 
     def start_background(self, command: str) -> None:
         """Start a process that keeps running between commands (memory-level backends)."""
@@ -122,53 +131,7 @@ class SandboxBackend(ABC):
 
 
 REPORT_LIMIT = 32 * 1024**2
-"""The largest JUnit report read back (a test suite's report is kilobytes)."""
-
-
-def junit_command(report_path: str, test_command: str, tests_dir: str | None = None) -> str:
-    """`test_command` with pytest told to write its JUnit XML report to `report_path`, and
-    shut off from everything in the workspace that could change what it reports.
-
-    The policy writes the workspace, and a policy under RL finds every file pytest or
-    Python reads before the tests: a root `conftest.py` whose hook marks every test
-    passed, a `pytest.ini` whose `addopts` loads a plugin module from the workspace, a
-    `pytest.py` that shadows pytest itself. So the grader runs with
-
-    - `-c /dev/null`: no ini file of the workspace (no `addopts`, no plugins); the
-      workspace is the rootdir and is put on `sys.path` by pytest (`pythonpath`);
-    - no user site-packages (`PYTHONNOUSERSITE`: HOME is the workspace);
-    - `--confcutdir=tests_dir` when the hidden tests have a folder of their own: only
-      conftests inside it (the grader's) are loaded;
-    - `PYTEST_DISABLE_PLUGIN_AUTOLOAD`: only pytest's own plugins; third-party ones
-      installed next to the interpreter neither change the report nor slow every grading
-      (loading them took 1.1 s of a 1.6 s grading here, hypothesis's imports 0.65 s).
-
-    PYTEST_ADDOPTS is read before any ini file, so `-c` in it holds. A test command that
-    starts Python with `-m` should add `-P` (`python -P -m pytest`, the default of
-    `Task.test_command`): otherwise the workspace is first on `sys.path` and a `pytest.py`
-    there shadows pytest. Tests that start pytest themselves should drop PYTEST_ADDOPTS
-    from the child's environment (it names this run's report). Code the tests import
-    still runs inside pytest's process: a policy that writes Python to patch pytest from
-    an imported module is not stopped here (only an out-of-process grader would).
-    """
-    env = grading_env("$PWD", report_path, tests_dir)
-    env["PYTEST_ADDOPTS"] += " $PYTEST_ADDOPTS"
-    exports = " ".join(f'{key}="{value}"' for key, value in env.items())
-    return f"export {exports}; {test_command}"
-
-
-def grading_env(workspace: str, report_path: str, tests_dir: str | None = None) -> dict[str, str]:
-    """The environment variables of a grading run (`junit_command` says why each);
-    `workspace` is the repository root as the test command sees it."""
-    confcut = f" --confcutdir={tests_dir}" if tests_dir else ""
-    return {
-        "PYTHONNOUSERSITE": "1",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PYTEST_ADDOPTS": (
-            f"-c /dev/null --rootdir={workspace} -o pythonpath={workspace}{confcut} "
-            f"--junitxml={report_path} -p no:cacheprovider"
-        ),
-    }
+"""The largest grading report read back (a test suite's report is kilobytes)."""
 
 
 def read_report(path: Path) -> bytes | None:

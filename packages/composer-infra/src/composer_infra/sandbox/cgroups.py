@@ -193,6 +193,24 @@ class SandboxCgroup:
     def limits_memory(self) -> bool:
         return self.version == "v2" or "memory" in self.dirs
 
+    def oom_kills(self) -> int | None:
+        """How many processes the kernel's OOM killer has ended in this cgroup (v2
+        `memory.events`, v1 `memory.oom_control`); None where the kernel does not say."""
+        if self.version == "v2":
+            path, key = self.dirs["unified"] / "memory.events", "oom_kill"
+        elif "memory" in self.dirs:
+            path, key = self.dirs["memory"] / "memory.oom_control", "oom_kill"
+        else:
+            return None
+        try:
+            for line in path.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
+
     def enter_argv(self) -> list[str]:
         """Put in front of an argv: the command starts inside this cgroup (all hierarchies)."""
         return ["/bin/sh", "-c", ENTER_SCRIPT, "sh", *map(str, self.dirs.values()), "--"]

@@ -124,6 +124,11 @@ class SandboxConfig(BaseModel):
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp",
             "PYTHONDONTWRITEBYTECODE": "1",
+            # The sandbox's interpreter is the host's environment, with whatever pytest
+            # plugins it holds (hypothesis, xdist, ...): a repository's own test run loads
+            # none of them, as in the repository's own environment, and a run takes 0.5 s
+            # instead of 2.3 s (most of a demonstration's time, most of an agent's `run`).
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         env.update(self.env)
         return env

@@ -62,7 +62,15 @@ class TestCase(BaseModel):
 
 
 class TestReport(BaseModel):
-    """The task's tests run in the sandbox: counts and, where the runner says, each test."""
+    """The verdict on the task's tests: counts and each test, from the grader's own report.
+
+    `source` is `"grader"` when the counts come from the report the grader's runner wrote
+    and signed for this grading (`composer_infra.sandbox.grading`), `"none"` when there was
+    no report the grader believes. `failure_reason` says why a grading failed closed (no
+    report, a report the grader did not write, a missing test, an undeclared skip, an exit
+    status that disagrees, a kill for time or output); such a report also holds an `error`
+    case named `<grader>` with the reason, so code that only counts outcomes counts it too.
+    """
 
     __test__ = False
     model_config = ConfigDict(frozen=True)
@@ -74,7 +82,8 @@ class TestReport(BaseModel):
     tests: tuple[TestCase, ...] = ()
     exit_code: int | None = None
     timed_out: bool = False
-    source: Literal["junit", "summary", "exit_code"] = "exit_code"
+    source: Literal["grader", "none"] = "none"
+    failure_reason: str | None = None
     output: str = ""
 
     @property
@@ -84,4 +93,12 @@ class TestReport(BaseModel):
 
     @property
     def all_passed(self) -> bool:
-        return self.passed > 0 and self.failed == 0 and self.errors == 0 and not self.timed_out
+        """Passed only on the grader's own report, with no reason to fail and no failure."""
+        return (
+            self.source == "grader"
+            and self.failure_reason is None
+            and self.passed > 0
+            and self.failed == 0
+            and self.errors == 0
+            and not self.timed_out
+        )

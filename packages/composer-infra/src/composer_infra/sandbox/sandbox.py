@@ -25,7 +25,13 @@ from pydantic import ValidationError
 from composer_infra.sandbox.archive import Snapshot, SnapshotStore
 from composer_infra.sandbox.backend import Runtime, SandboxBackend
 from composer_infra.sandbox.config import SandboxConfig
-from composer_infra.sandbox.junit import build_report
+from composer_infra.sandbox.grading import (
+    GradingRun,
+    build_report,
+    grader_files,
+    parse_test_command,
+    refused,
+)
 from composer_infra.sandbox.mounts import mount_workspace, unmount
 from composer_infra.sandbox.paths import PathError, WorkspaceFS
 from composer_infra.sandbox.registry import BackendRegistry, default_registry
@@ -451,34 +457,57 @@ class Sandbox:
     def run_tests(
         self, timeout: float | None = None, *, hidden_tests: Mapping[str, str] | None = None
     ) -> TestReport:
-        """Grade: run the task's test command; pytest reports each test (JUnit XML).
+        """Grade: the task's pytest command under the grader's runner; the verdict fails closed.
 
-        Everything the policy's commands started is killed first (`Runtime.kill_all`,
-        by pid namespace or cgroup), and the report is written where the backend keeps
-        other commands out (`Runtime.grade`), so a process the policy left running
-        cannot rewrite it. `hidden_tests` (workspace-relative path to text, all in one
-        folder that is not the workspace root) are written only after that kill, into a
-        folder emptied first, so nothing the policy planted there (a `conftest.py`, a link,
-        a process rewriting the test file) is graded; conftests are read only from that
-        folder, and no workspace ini file or shadowing module reaches pytest
-        (`junit_command`). `timeout` defaults to `max_command_timeout`; a timeout that
-        is not a finite number of seconds in (0, max_command_timeout] is a ValueError.
+        Everything the policy's commands started is killed first (`Runtime.kill_all`, by
+        pid namespace or cgroup). Then `hidden_tests` (workspace-relative path to text, all
+        in one folder that is not the workspace root) are written into that folder emptied
+        first, with the grader's runner and `workspace_probe.py` beside them (without
+        hidden tests, in a fresh randomly named folder), so nothing the policy planted there
+        (a `conftest.py`, a link, a process rewriting a file) is graded. The runner
+        (`grading/runner.py`) runs pytest shut off from the workspace and writes the only
+        report believed, signed with this grading's nonce, where the backend keeps other
+        commands out (`Runtime.grade`). `build_report` fails closed on anything else (see
+        `grading/verdict.py`): a command that is not pytest is graded failed without being
+        run. `timeout` defaults to `max_command_timeout`; a timeout that is not a finite
+        number of seconds in (0, max_command_timeout] is a ValueError.
         """
         limit = self.config.max_command_timeout
         timeout = limit if timeout is None else check_timeout(timeout, limit, "run_tests")
         tests_dir = hidden_tests_dir(hidden_tests) if hidden_tests else None
+        command = parse_test_command(self.task.test_command)
+        if isinstance(command, str):
+            return refused(command)
+        run = GradingRun(
+            command=command,
+            runner_dir=tests_dir or f".composer-grader-{uuid.uuid4().hex}",
+            tests_dir=tests_dir,
+        )
         with self._lock:
             self._check_open()
             self.runtime.kill_all()
-            if hidden_tests is not None and tests_dir is not None:
-                remove_tree(self.workspace / tests_dir)
-                for path, content in hidden_tests.items():
-                    self.fs.write_bytes(path, content.encode())
-            result, xml = self.runtime.grade(
-                self.task.test_command, timeout=timeout, tests_dir=tests_dir
+            try:
+                remove_tree(self.workspace / run.runner_dir)
+                try:
+                    for path, content in {**(hidden_tests or {}), **grader_files(run)}.items():
+                        self.fs.write_bytes(path, content.encode())
+                except (OSError, PathError) as exc:
+                    # The policy filled the workspace (or made it unwritable): a failure of
+                    # the episode, not of the infrastructure (which would drop it).
+                    return refused(f"the grader could not write the hidden tests: {exc}")
+                result, report = self.runtime.grade(run, timeout=timeout)
+            finally:
+                # The runner deleted the hidden tests after collection; what is left of
+                # them (it never got that far) must not reach a later command either.
+                remove_tree(self.workspace / run.runner_dir)
+            return build_report(
+                result,
+                report,
+                run,
+                expected_tests=self.task.expected_tests,
+                allowed_skips=self.task.allowed_skips,
+                output_kill_limit=self.config.output_kill_limit,
             )
-            text = xml.decode("utf-8", errors="replace") if xml is not None else None
-            return build_report(result, text)
 
     # -- lifetime ----------------------------------------------------------------------
 

@@ -10,8 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class Task(BaseModel):
     """What a sandbox is made from.
 
-    `files` maps workspace-relative POSIX paths to their text; `test_command` is run
-    inside the sandbox by `Sandbox.run_tests` (pytest commands report per-test results).
+    `files` maps workspace-relative POSIX paths to their text; `test_command` is the
+    pytest command `Sandbox.run_tests` grades with (`python [-P|-I] -m pytest ARGS` or
+    `pytest ARGS`: the grader runs its arguments under its own runner; any other command is
+    graded failed). `python -m pytest` (no `-P`/`-I`) lets the hidden tests import the
+    workspace, as SWE-bench-format tests must (docs/grading.md says what that leaves open).
+
+    `expected_tests`: test ids (or files, classes, parametrised families: `path::Test`) that
+    must each be in the grader's report, on top of any node ids the command names; a
+    missing one fails the grading. `allowed_skips`: the ids that may skip; any other skip
+    fails it (a skip counts as neither passed nor failed, so an undeclared one is a way
+    around a failing test).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -19,7 +28,9 @@ class Task(BaseModel):
     task_id: str = "task"
     instruction: str
     files: dict[str, str] = Field(default_factory=dict)
-    test_command: str = "python -P -m pytest -q"  # -P: see junit_command
+    test_command: str = "python -P -m pytest -q"  # -P: the hidden tests import no workspace code
+    expected_tests: tuple[str, ...] = ()
+    allowed_skips: tuple[str, ...] = ()
 
     @field_validator("files")
     @classmethod

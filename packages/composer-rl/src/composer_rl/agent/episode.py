@@ -490,5 +490,9 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             tool_output=counts["tool_output"],
             final_message=counts["final_message"],
         ),
-        metadata={"task_id": result.task.id, "stop_reason": result.stop_reason},
+        metadata={
+            "task_id": result.task.id,
+            "stop_reason": result.stop_reason,
+            "grading_failure": report.failure_reason if report is not None else None,
+        },
     )

@@ -70,6 +70,9 @@ def score_result(
         "solved": result.solved,
         "stop_reason": result.stop_reason,
         "grading_error": result.grading_error,
+        # Why the grader refused a verdict (no report, a kill, an undeclared skip, ...):
+        # a failure of the episode, kept so the monitors and the viewer can show it.
+        "grading_failure": result.report.failure_reason if result.report else None,
         "turns": len(result.calls),
         "generated_tokens": result.generated_tokens,
         "versions": sorted({v for t in trajectories for v in t.sampled_versions}),

@@ -106,12 +106,13 @@ def run_round(
         }
 
     task = next(iter(BuiltinTaskSource().tasks(Split.TRAIN)))
-    spec = sandbox_task(task, {**task.solved_files(), **task.tests})
+    spec = sandbox_task(task, task.solved_files())
 
     def grade() -> Any:
         sandbox_id = get(services.environment.open.remote(spec))
         try:
-            return get(services.environment.run_tests.remote(sandbox_id))
+            # The hidden tests go in as the grader writes them (with the probe and runner).
+            return get(services.environment.run_tests.remote(sandbox_id, task.tests))
         finally:
             get(services.environment.close.remote(sandbox_id))
 

@@ -73,6 +73,8 @@ WAIT_ALL = 0x40000000  # __WALL: wait for every kind of child (clone children in
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -132,6 +134,21 @@ def _drop_privileges(uid: int, gid: int, last_cap: int) -> None:
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_seccomp(program_hex: str) -> None:
+    """The host's seccomp filter (`_seccomp.py`: no user namespaces), after no_new_privs."""
+    if not program_hex:
+        return
+    program = bytes.fromhex(program_hex)
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    result = _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0)
+    _check(result, "seccomp")
+
+
 def _reset_signals() -> None:
     """Undo what Python and the supervisor set up (pid 1 ignores signals left at default)."""
     signal.set_wakeup_fd(-1)
@@ -183,6 +200,7 @@ def _init(config: dict, link: socket.socket) -> None:
             extra = 1 + READY_INITS if name == "RLIMIT_NPROC" else 0
             resource.setrlimit(getattr(resource, name), (value + extra, value + extra))
         _drop_privileges(config["uid"], config["gid"], config["last_cap"])
+        _install_seccomp(config.get("seccomp", ""))
         # Die with the supervisor (bwrap's own init outlives it while any process is
         # left, so nothing else would end a running command). After the uid change,
         # which clears the setting; had the supervisor died before this line, the

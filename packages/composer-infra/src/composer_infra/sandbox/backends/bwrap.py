@@ -22,8 +22,9 @@ with the `bwrap-per-command` backend, each `run` is one `bwrap` invocation. Eith
 - where the host gives us cgroups (`cgroups.py`), every command of the sandbox runs
   in the sandbox's cgroup: a memory and a pids limit on all its processes together;
 - grading (`grade`) gets a directory of its own, bound at /composer-grading for the
-  test command only, where pytest writes the JUnit report: no other command of the
-  sandbox ever sees it, and it is read after the test command's namespace is gone.
+  test command only, where the grader's runner reads its nonce and writes its report: no
+  other command of the sandbox ever sees it, and it is read after the test command's
+  namespace is gone.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from composer_infra.sandbox.backend import (
     BackendUnavailable,
     Runtime,
     SandboxBackend,
-    junit_command,
     read_report,
 )
 from composer_infra.sandbox.backends._common import (
@@ -52,10 +52,14 @@ from composer_infra.sandbox.backends._common import (
     give_tree,
     processes_of_current_user,
 )
+from composer_infra.sandbox.backends._seccomp import bpf_program
+from composer_infra.sandbox.backends._seccomp import supported as seccomp_supported
 from composer_infra.sandbox.backends.channel import ExecChannel
 from composer_infra.sandbox.cgroups import SandboxCgroup
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
+from composer_infra.sandbox.grading.runner import REPORT_NAME
+from composer_infra.sandbox.grading.verdict import GradingRun
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
 from composer_infra.sandbox.tree import remove_tree
@@ -201,6 +205,10 @@ class BwrapRuntime(Runtime):
             *self._command_env_args(),
             *self._drop_args(prlimit, uid, gid),
         ]
+        # No user namespaces inside (`_seccomp.py` says why and how).
+        self._seccomp = bpf_program() if seccomp_supported() else b""
+        self._seccomp_path = state_dir / "seccomp.bpf"
+        self._seccomp_path.write_bytes(self._seccomp)
         limits = config.limits
         self.cgroup = SandboxCgroup.create(limits.sandbox_memory_bytes, limits.processes)
         self.channel: ExecChannel | None = None
@@ -313,6 +321,7 @@ class BwrapRuntime(Runtime):
             "env": self.config.command_env(SANDBOX_ROOT),
             "tmp_bytes": limits.tmp_bytes,
             "tmp_toolchains": staged,
+            "seccomp": self._seccomp.hex() if self._seccomp else "",
             "rlimits": [
                 ["RLIMIT_CPU", limits.cpu_seconds],
                 ["RLIMIT_AS", limits.memory_bytes],
@@ -355,42 +364,49 @@ class BwrapRuntime(Runtime):
 
     def _run(self, command: str, *, timeout: float, extra: tuple[str, ...] = ()) -> CommandResult:
         info = _InfoPipe()
-        argv = [self._prefix[0], "--info-fd", str(info.write_fd), *extra, *self._prefix[1:]]
-        if self.cgroup is not None:
-            argv = [*self.cgroup.enter_argv(), *argv]
-        if self.owner is None:
-            # Sandboxes share our uid, and RLIMIT_NPROC counts all of its processes.
-            already = processes_of_current_user()
-            nproc = f"--nproc={self.config.limits.processes + already}"
-            argv = [nproc if arg.startswith("--nproc=") else arg for arg in argv]
+        fds = [info.write_fd]
         try:
+            if self._seccomp:
+                # bwrap reads the filter from this descriptor and applies it to the command.
+                fds.append(os.open(self._seccomp_path, os.O_RDONLY | os.O_CLOEXEC))
+                extra = ("--seccomp", str(fds[-1]), *extra)
+            argv = [self._prefix[0], "--info-fd", str(info.write_fd), *extra, *self._prefix[1:]]
+            if self.cgroup is not None:
+                argv = [*self.cgroup.enter_argv(), *argv]
+            if self.owner is None:
+                # Sandboxes share our uid, and RLIMIT_NPROC counts all of its processes.
+                already = processes_of_current_user()
+                nproc = f"--nproc={self.config.limits.processes + already}"
+                argv = [nproc if arg.startswith("--nproc=") else arg for arg in argv]
             return run_capped(
                 [*argv, "/bin/sh", "-c", command],
                 env={"PATH": "/usr/bin:/bin"},
                 timeout=timeout,
                 output_limit=self.config.output_limit,
                 output_kill_limit=self.config.output_kill_limit,
-                pass_fds=(info.write_fd,),
+                pass_fds=tuple(fds),
                 after_exit=info.await_namespace_end,
             )
         finally:
             info.close()
+            for fd in fds[1:]:
+                os.close(fd)
 
-    def grade(
-        self, test_command: str, *, timeout: float, tests_dir: str | None = None
-    ) -> tuple[CommandResult, bytes | None]:
-        """The test command with a report directory that only it sees (see the module doc)."""
+    def grade(self, run: GradingRun, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """The runner with a report directory that only the test command sees, alone in a
+        pid namespace of its own (one bwrap for it), so it kills the rest before it writes."""
         grading = self.state_dir / f"grading-{secrets.token_hex(8)}"
         grading.mkdir(mode=0o700)
         try:
             if self.owner is not None:
                 os.chown(grading, *self.owner)
+            run.write_nonce(grading, self.owner)
             result = self._run(
-                junit_command(f"{GRADING_DIR}/report.xml", test_command, tests_dir),
+                run.shell_command(SANDBOX_ROOT, GRADING_DIR, own_pid_namespace=True),
                 timeout=timeout,
                 extra=("--bind", str(grading), GRADING_DIR),
             )
-            return result, read_report(grading / "report.xml")
+            return result, read_report(grading / REPORT_NAME)
         finally:
             remove_tree(grading)
 

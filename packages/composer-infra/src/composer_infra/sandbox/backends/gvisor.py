@@ -14,7 +14,9 @@ platform does with Firecracker snapshots.
 
 Every command runs in a pid namespace of its own inside the container (`unshare
 --pid --fork --kill-child`, entered as root with only the capabilities that needs,
-which `setpriv` then drops with the switch to the sandbox's unprivileged uid). When
+which a small Python start (`_seccomp.command_start_argv`: rlimits, the switch to the
+sandbox's unprivileged uid with no capabilities, no_new_privs, a seccomp filter that
+refuses new user namespaces) then drops before it execs the shell). When
 the command's shell exits, gVisor kills every process of that namespace, as Linux
 does: a daemon, a fork chain or a process with a newline in its name cannot
 outlive the command, and one holding the command's output open cannot make `run`
@@ -49,7 +51,6 @@ from composer_infra.sandbox.backend import (
     BackendUnavailable,
     Runtime,
     SandboxBackend,
-    junit_command,
     read_report,
 )
 from composer_infra.sandbox.backends._common import (
@@ -61,8 +62,13 @@ from composer_infra.sandbox.backends._common import (
     find_tool,
     give_tree,
 )
+from composer_infra.sandbox.backends._seccomp import command_start_argv
+from composer_infra.sandbox.backends.bwrap import guest_python
+from composer_infra.sandbox.cgroups import SandboxCgroup
 from composer_infra.sandbox.config import SandboxConfig
 from composer_infra.sandbox.execution import run_capped
+from composer_infra.sandbox.grading.runner import REPORT_NAME
+from composer_infra.sandbox.grading.verdict import GradingRun
 from composer_infra.sandbox.paths import SANDBOX_ROOT
 from composer_infra.sandbox.results import CommandResult
 from composer_infra.sandbox.tree import remove_tree
@@ -77,6 +83,10 @@ _COMMAND_CAPS = tuple(
 _KILL_ALL = "n=0; while kill -9 -1 2>/dev/null && [ $n -lt 100000 ]; do n=$((n+1)); done; true"
 GRADING_DIR = "/composer-grading"
 KILL_ATTEMPTS = 20
+SENTRY_OVERHEAD_BYTES = 64 * 1024**2
+"""Memory of the Sentry and the gofer themselves, on top of `sandbox_memory_bytes`."""
+UNCOUNTED_PIDS = 1 << 22
+"""pids.max of a gVisor sandbox's cgroup: pid_max, no limit (its pids are Sentry threads)."""
 
 
 # The container's init: it only reaps. Orphans (a killed fork bomb's children, daemons)
@@ -121,7 +131,12 @@ def runsc_binary() -> str | None:
 
 
 def _global_flags(root: Path) -> list[str]:
-    flags = [f"--root={root}", "--network=none", "--ignore-cgroups", "--file-access-mounts=shared"]
+    flags = [
+        f"--root={root}",
+        "--network=none",
+        "--ignore-cgroups",
+        "--file-access-mounts=shared",
+    ]
     if os.geteuid() != 0:
         flags.append("--rootless")
     return flags
@@ -170,7 +185,9 @@ class GVisorRuntime(Runtime):
         self.grading = state_dir / "grading"
         self.keep: list[int] = []
         self.running = False
-        tools = {name: find_tool(name) for name in ("prlimit", "setpriv", "unshare")}
+        self.cgroup: SandboxCgroup | None = None
+        self._oom_kills: int | None = None
+        tools = {name: find_tool(name) for name in ("unshare",)}
         missing = [name for name, path in tools.items() if path is None]
         if missing:
             raise BackendUnavailable(f"gvisor backend needs util-linux's {', '.join(missing)}")
@@ -183,27 +200,43 @@ class GVisorRuntime(Runtime):
             self.owner = allocate_owner()
         give_tree(workspace, self.owner)
         uid, gid = self.owner or (0, 0)
+        python = guest_python(config)
         (state_dir / "passwd").write_text(PASSWD_TEMPLATE.format(uid=uid, gid=gid))
         (state_dir / "group").write_text(GROUP_TEMPLATE.format(gid=gid))
         self.grading.mkdir(mode=0o700, exist_ok=True)
         if self.owner is not None:
             os.chown(self.grading, *self.owner)
-        self._drop = [
-            str(tools["setpriv"]),
-            f"--reuid={uid}",
-            f"--regid={gid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-            str(tools["prlimit"]),
-            *config.limits.prlimit_args(),
-            "--",
-        ]
+        if python is None:
+            raise BackendUnavailable("gvisor backend needs a Python the sandbox sees (python3)")
+        limits = config.limits
+        self._drop = command_start_argv(
+            python,
+            uid,
+            gid,
+            [
+                ("RLIMIT_CPU", limits.cpu_seconds),
+                ("RLIMIT_AS", limits.memory_bytes),
+                ("RLIMIT_NPROC", limits.processes),
+                ("RLIMIT_FSIZE", limits.file_size_bytes),
+                ("RLIMIT_NOFILE", limits.open_files),
+            ],
+        )
         self._unshare = str(tools["unshare"])
+        # The container's memory in total: runsc runs with --ignore-cgroups, so the host
+        # puts it in the sandbox's cgroup itself (`_runsc(in_cgroup=True)`). gVisor's
+        # processes are the Sentry's threads to the host kernel, so the cgroup counts no
+        # pids (RLIMIT_NPROC inside bounds the sandbox's processes); its memory is the
+        # sandbox's total plus what the Sentry and the gofer need themselves.
+        self.cgroup = SandboxCgroup.create(
+            config.limits.sandbox_memory_bytes + SENTRY_OVERHEAD_BYTES, UNCOUNTED_PIDS
+        )
         self._write_bundle()
-        self._start(memory_image)
+        try:
+            self._start(memory_image)
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            raise
 
     # -- container lifecycle -----------------------------------------------------------
 
@@ -314,11 +347,17 @@ class GVisorRuntime(Runtime):
         }
         (self.bundle / "config.json").write_text(json.dumps(spec, indent=1))
 
-    def _runsc(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    def _runsc(
+        self, *args: str, timeout: float = 120, in_cgroup: bool = False
+    ) -> subprocess.CompletedProcess[bytes]:
         """One runsc lifecycle command. Its output goes to a file, not a pipe: a detached
-        sandbox keeps the descriptors it was started with, and a pipe would never close."""
+        sandbox keeps the descriptors it was started with, and a pipe would never close.
+        `in_cgroup`: started inside the sandbox's cgroup, so the sandbox process (the
+        Sentry, whose memory is all of the container's) and the gofer it forks are in it."""
         log = self.state_dir / "runsc.log"
         argv = [self.binary, *self.flags, *args]
+        if in_cgroup and self.cgroup is not None:
+            argv = [*self.cgroup.enter_argv(), *argv]
         with log.open("ab") as sink:
             offset = sink.tell()
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
@@ -330,8 +369,8 @@ class GVisorRuntime(Runtime):
             completed.stderr = source.read()
         return completed
 
-    def _checked(self, *args: str) -> None:
-        result = self._runsc(*args)
+    def _checked(self, *args: str, in_cgroup: bool = False) -> None:
+        result = self._runsc(*args, in_cgroup=in_cgroup)
         if result.returncode != 0:
             raise RuntimeError(
                 f"runsc {args[0]} failed ({result.returncode}): "
@@ -340,7 +379,9 @@ class GVisorRuntime(Runtime):
 
     def _start(self, memory_image: Path | None) -> None:
         if memory_image is None:
-            self._checked("run", "--detach", f"--bundle={self.bundle}", self.container)
+            self._checked(
+                "run", "--detach", f"--bundle={self.bundle}", self.container, in_cgroup=True
+            )
         else:
             self._checked(
                 "restore",
@@ -348,8 +389,36 @@ class GVisorRuntime(Runtime):
                 f"--image-path={memory_image}",
                 f"--bundle={self.bundle}",
                 self.container,
+                in_cgroup=True,
             )
         self.running = True
+        self._oom_kills = self.cgroup.oom_kills() if self.cgroup is not None else None
+
+    def _died(self) -> bool:
+        """The cgroup's OOM killer ended a process of the container since it started (the
+        sandbox as a whole ran out of memory): the Sentry, the gofer or the host process
+        that holds an application's address space, after which the container does not
+        run on. Where the kernel counts no OOM kills, every process of the cgroup being
+        gone stands for it. A container killed from outside with the counter unchanged is
+        not revived: its commands fail, as they did before the memory cap."""
+        if not self.running or self.cgroup is None:
+            return False
+        kills = self.cgroup.oom_kills()
+        if kills is not None and self._oom_kills is not None:
+            return kills > self._oom_kills
+        return not self.cgroup.pids()
+
+    def _revive(self) -> bool:
+        """Start a fresh container over the same workspace if the last one died (what was
+        running, background processes included, is lost; the files are the host's)."""
+        if not self._died():
+            return False
+        self._destroy()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()  # what the container left (its gofer, address spaces)
+        self.keep = []
+        self._start(None)
+        return True
 
     def _destroy(self) -> None:
         self._runsc("kill", self.container, "KILL", timeout=30)
@@ -375,6 +444,30 @@ class GVisorRuntime(Runtime):
         self._runsc("kill", f"--pid={pid}", self.container, "KILL", timeout=30)
 
     def run(self, command: str, *, timeout: float) -> CommandResult:
+        revived = self._revive()
+        result = self._run(command, timeout=timeout)
+        notes = []
+        if revived:
+            notes.append(
+                "[the sandbox had run out of memory and was started afresh: processes "
+                "that were running are gone, the files are kept]"
+            )
+        if self._died():
+            notes.append(
+                "[the sandbox ran out of memory (sandbox_memory_bytes in total) and was "
+                "stopped; the next command starts it afresh]"
+            )
+        if not notes:
+            return result
+        before = f"{notes[0]}\n" if revived else ""
+        after = f"\n{notes[-1]}" if self._died() else ""
+        text = before + result.output + after
+        update: dict[str, object] = {"output": text}
+        if self._died() and result.exit_code == 0:
+            update["exit_code"] = 137  # killed with the sandbox (SIGKILL)
+        return result.model_copy(update=update)
+
+    def _run(self, command: str, *, timeout: float) -> CommandResult:
         pid_file = self.state_dir / f"exec-{uuid.uuid4().hex[:12]}.pid"
         argv = self._exec_argv(
             self._unshare,
@@ -412,6 +505,7 @@ class GVisorRuntime(Runtime):
 
     def kill_all(self) -> None:
         """kill(-1) from inside until nothing but init is left (background processes too)."""
+        self._revive()
         for _ in range(KILL_ATTEMPTS):
             # While a fork bomb fills the process table `runsc exec` itself can fail.
             result = subprocess.run(
@@ -430,16 +524,16 @@ class GVisorRuntime(Runtime):
             f"{result.stderr.decode(errors='replace')[-500:]}"
         )
 
-    def grade(
-        self, test_command: str, *, timeout: float, tests_dir: str | None = None
-    ) -> tuple[CommandResult, bytes | None]:
-        """Run the tests with the report in a fresh, randomly named directory.
+    def grade(self, run: GradingRun, *, timeout: float) -> tuple[CommandResult, bytes | None]:
+        """Run the grader's runner with its nonce and report in a fresh, randomly named
+        directory.
 
         The caller has run `kill_all`, so the test command's own processes are the only
-        ones in the sandbox while the directory exists; they are gone (their namespace
-        ended) before the report is read. The directory is made by the host after the
-        kill, under /composer-grading (a host directory bound into the container, which
-        the host empties first), so nothing planted earlier is read as the report.
+        ones in the sandbox while the directory exists; the runner is the init of the
+        command's pid namespace (`exec`), kills the rest of it before it writes, and all
+        are gone (the namespace ended) before the report is read. The directory is made by
+        the host after the kill, under /composer-grading (a host directory bound into the
+        container, which the host empties first), so nothing planted earlier is read.
         """
         self._empty_grading()
         name = secrets.token_hex(16)
@@ -448,11 +542,12 @@ class GVisorRuntime(Runtime):
         if self.owner is not None:
             os.chown(report_dir, *self.owner)
         try:
+            run.write_nonce(report_dir, self.owner)
             result = self.run(
-                junit_command(f"{GRADING_DIR}/{name}/report.xml", test_command, tests_dir),
+                run.shell_command(SANDBOX_ROOT, f"{GRADING_DIR}/{name}", own_pid_namespace=True),
                 timeout=timeout,
             )
-            return result, read_report(report_dir / "report.xml")
+            return result, read_report(report_dir / REPORT_NAME)
         finally:
             self._empty_grading()
 
@@ -497,6 +592,9 @@ class GVisorRuntime(Runtime):
     def close(self) -> None:
         with suppress(Exception):
             self._destroy()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         shutil.rmtree(self.state_dir / "runsc", ignore_errors=True)
 
 
