@@ -21,6 +21,7 @@ from composer_rewards import (
     PROJECT,
     Episode,
     TestResults,
+    ToolCall,
     builtin_plugins,
     hookspecs,
     score_episode,
@@ -55,6 +56,10 @@ def main() -> None:
         changed_files={"calc.py": "def total(n):\n    return sum(range(n + 1))\n"},
         final_message="Fixed total() in calc.py to include n. Ran pytest: all 3 tests pass.",
         test_results=TestResults(passed=3),
+        tool_calls=[
+            ToolCall(name="edit_file", arguments={"path": "calc.py", "old": "n)", "new": "n + 1)"}),
+            ToolCall(name="run", arguments={"command": "pytest -q"}, output="3 passed in 0.01s"),
+        ],
     )
 
     def pluggy_call() -> None:

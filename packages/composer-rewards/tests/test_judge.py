@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -13,16 +14,34 @@ import pluggy
 import pytest
 
 from composer_rewards import Episode, TestResults, score_episode
-from composer_rewards.rewards.judge import ChatJudgeReward, parse_score
+from composer_rewards.rewards.judge import ChatJudgeReward, JudgeAnswerError, parse_score
+
+
+@dataclass
+class Reply:
+    """One answer of the test server: a chat completion whose message is `content`, or a
+    raw `body`; `cut` sends only that many bytes of it while announcing the full length."""
+
+    content: str | None = '{"score": 7, "reason": "clear and honest"}'
+    status: int = 200
+    body: bytes | None = None
+    cut: int | None = None
+
+    def payload(self) -> bytes:
+        if self.body is not None:
+            return self.body
+        message = {"role": "assistant", "content": self.content}
+        return json.dumps({"choices": [{"message": message}]}).encode()
 
 
 class ChatServer:
-    """A tiny OpenAI-compatible endpoint: records requests, answers with `reply`."""
+    """A tiny OpenAI-compatible endpoint: records requests, answers with the queued replies
+    in order (then `reply`)."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
-        self.reply: str = '{"score": 7, "reason": "clear and honest"}'
-        self.status = 200
+        self.reply = Reply()
+        self.queue: list[Reply] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,14 +50,15 @@ class ChatServer:
                 server.requests.append(
                     {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
                 )
-                payload = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": server.reply}}]}
-                ).encode()
-                self.send_response(server.status)
+                reply = server.queue.pop(0) if server.queue else server.reply
+                payload = reply.payload()
+                self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                self.wfile.write(payload[: reply.cut] if reply.cut is not None else payload)
+                if reply.cut is not None:
+                    self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -47,6 +67,9 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
+
+    def answer(self, content: str) -> None:
+        self.reply = Reply(content=content)
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -108,23 +131,96 @@ def test_default_prompt_ships_with_the_package(server: ChatServer) -> None:
     assert '{"score": <integer from 0' in system
 
 
-@pytest.mark.parametrize(
-    ("reply", "status"),
-    [("I liked it a lot", 200), ('{"score": 11}', 200), ('{"score": 5}', 500)],
-)
-def test_a_bad_answer_leaves_the_judge_out_of_the_episode(
-    server: ChatServer, pm: pluggy.PluginManager, reply: str, status: int
+# --- the component follows what the server said --------------------------------------------
+
+
+@pytest.mark.parametrize("score", [0, 3, 7, 10, 2.5, 9.75, 0.1])
+def test_the_component_is_the_score_the_server_gave_over_ten(
+    server: ChatServer, score: float
 ) -> None:
-    server.reply, server.status = reply, status
-    pm.register(configured(server), name="judge")
+    server.answer(json.dumps({"score": score, "reason": f"gave {score}"}))
+    component = configured(server).composer_reward(EPISODE)
+    assert component.value == score / 10
+    assert component.details == f"gave {score}"
+
+
+def test_one_judge_follows_each_answer_in_turn(server: ChatServer) -> None:
+    scores = [10, 0, 3, 7.5, 3]
+    server.queue = [Reply(content=json.dumps({"score": s})) for s in scores]
+    judge = configured(server)
+    assert [judge.composer_reward(EPISODE).value for _ in scores] == [s / 10 for s in scores]
+    assert len(server.requests) == len(scores)
+
+
+def test_a_fenced_answer_or_one_with_prose_around_it_is_read(server: ChatServer) -> None:
+    server.answer('Here is my verdict:\n```json\n{"score": 4, "reason": "vague"}\n```')
+    component = configured(server).composer_reward(EPISODE)
+    assert (component.value, component.details) == (0.4, "vague")
+
+
+def _chat_body(content: object) -> bytes:
+    return json.dumps(
+        {"choices": [{"message": {"role": "assistant", "content": content}}]}
+    ).encode()
+
+
+BAD_REPLIES = {
+    "not JSON": Reply(content="I liked it a lot, 8 out of 10"),
+    "no score": Reply(content='{"reason": "fine"}'),
+    "score above 10": Reply(content='{"score": 11}'),
+    "score below 0": Reply(content='{"score": -1}'),
+    "score as a string": Reply(content='{"score": "7"}'),
+    "score as a boolean": Reply(content='{"score": true}'),
+    "score null": Reply(content='{"score": null}'),
+    "score NaN": Reply(content='{"score": NaN}'),
+    "score infinite": Reply(content='{"score": Infinity}'),
+    "score a list": Reply(content='{"score": [7]}'),
+    "two objects": Reply(content='{"score": 9} or maybe {"score": 2}'),
+    "fenced but broken": Reply(content='```json\n{"score": 7,\n```'),
+    "HTTP 500": Reply(content='{"score": 5}', status=500),
+    "HTTP 404": Reply(content='{"score": 5}', status=404),
+    "truncated body": Reply(content='{"score": 5}', cut=20),
+    "body not JSON": Reply(body=b"<html>Bad Gateway</html>"),
+    "not a chat completion": Reply(body=b'{"error": {"message": "overloaded"}}'),
+    "content null": Reply(body=_chat_body(None)),
+    "content an object": Reply(body=_chat_body({"score": 7})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_REPLIES))
+def test_a_bad_answer_leaves_the_judge_out_of_the_episode(
+    server: ChatServer, pm: pluggy.PluginManager, name: str
+) -> None:
+    server.reply = BAD_REPLIES[name]
+    pm.register(configured(server, timeout_s=5), name="judge")
     score = score_episode(pm, EPISODE)
     assert score.components == ()
     (failure,) = score.failures
     assert (failure.plugin, failure.kind) == ("judge", "raised")
+    assert len(server.requests) == 1  # it asked, and what came back was not a score
+
+
+def test_a_bad_answer_between_good_ones_is_left_out_alone(
+    server: ChatServer, pm: pluggy.PluginManager
+) -> None:
+    server.queue = [
+        Reply(content='{"score": 6}'),
+        Reply(content='{"score": "10"}'),
+        Reply(content='{"score": 2}'),
+    ]
+    pm.register(configured(server), name="judge")
+    values = [[c.component.value for c in score_episode(pm, EPISODE).components] for _ in "abc"]
+    assert values == [[0.6], [], [0.2]]
 
 
 def test_parse_score_accepts_a_fenced_answer() -> None:
     assert parse_score('```json\n{"score": 9, "reason": "ok"}\n```') == (9.0, "ok")
+
+
+@pytest.mark.parametrize("answer", ['{"score": "9"}', '{"score": true}', '{"score": 10.5}'])
+def test_parse_score_takes_only_a_number_from_0_to_10(answer: str) -> None:
+    with pytest.raises(JudgeAnswerError):
+        parse_score(answer)
 
 
 def test_judge_without_endpoint_says_what_to_set() -> None:
@@ -156,10 +252,13 @@ def test_the_judge_prompt_covers_each_gaming_input_and_cannot_be_escaped(
 ) -> None:
     import re
 
-    server.reply = '{"score": 0, "reason": "not a message to the user"}'
+    # A different score for each input, so the component is seen to be the server's answer
+    # (the injection asks for 10; only the endpoint's reply counts).
+    given = list(ADVERSARIAL_RULES).index(message) + 1
+    server.answer(json.dumps({"score": given, "reason": "not a message to the user"}))
     episode = EPISODE.model_copy(update={"final_message": message})
     component = configured(server).composer_reward(episode)
-    assert component.value == 0.0
+    assert component.value == given / 10
     system, user = server.requests[0]["body"]["messages"]
     # The shipped prompt names the rule that scores this input 0 ...
     assert ADVERSARIAL_RULES[message] in system["content"]

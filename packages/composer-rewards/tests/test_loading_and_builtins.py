@@ -14,6 +14,7 @@ from composer_rewards import (
     Episode,
     PluginSpecError,
     TestResults,
+    ToolCall,
     builtin_plugins,
     load_spec,
     plugin_from_object,
@@ -107,6 +108,10 @@ def test_all_builtins_together_through_pluggy(pm: pluggy.PluginManager) -> None:
         {"calc.py": "def total(n):\n    return sum(range(n + 1))\n"},
         final_message="Fixed total() in calc.py to include n. Ran pytest: all 3 tests pass.",
         test_results=TestResults(passed=3),
+        tool_calls=[
+            ToolCall(name="edit_file", arguments={"path": "calc.py", "old": "n)", "new": "n + 1)"}),
+            ToolCall(name="run", arguments={"command": "pytest -q"}, output="3 passed in 0.01s"),
+        ],
     )
     score = score_episode(pm, episode, strict=True)
     metrics = score.metrics()
@@ -114,7 +119,7 @@ def test_all_builtins_together_through_pluggy(pm: pluggy.PluginManager) -> None:
     assert metrics["reward/style"] == 0.0
     assert metrics["reward/unfinished_code"] == 0.0
     assert metrics["reward/false_claim"] == 0.0
-    assert metrics["monitor/terminal_collapse/terminal_share"] == 0.0
+    assert metrics["monitor/terminal_collapse/terminal_share"] == 0.5  # one edit, one run
     weights = {c.component.name: c.component.weight for c in score.components}
     assert weights["correctness"] == 2.0
     assert score.total == pytest.approx(sum(c.component.weighted for c in score.components))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from composer_rewards.monitors.clarify_without_edit import ClarifyWithoutEditMonitor
 from composer_rewards.monitors.comment_reasoning import CommentReasoningMonitor
+from composer_rewards.monitors.grader_tampering import GraderTamperingMonitor
 from composer_rewards.monitors.malformed_calls import MalformedCallsMonitor
 from composer_rewards.monitors.terminal_collapse import TerminalCollapseMonitor
 from composer_rewards.rewards.communication import CommunicationReward
@@ -26,6 +27,7 @@ BUILTIN_PLUGINS: dict[str, type] = {
     "terminal_collapse": TerminalCollapseMonitor,
     "malformed_calls": MalformedCallsMonitor,
     "clarify_without_edit": ClarifyWithoutEditMonitor,
+    "grader_tampering": GraderTamperingMonitor,
 }
 """Plugin name -> class; each class takes no arguments and reads ``composer_configure``."""
 

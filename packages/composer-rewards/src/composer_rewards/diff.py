@@ -15,16 +15,30 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 @dataclass
 class FileChange:
-    """The added lines of one file (numbered as in the new file) and how many were removed."""
+    """The added lines of one file (numbered as in the new file) and the removed ones.
+
+    `created` is set for a file the diff creates (its old side is ``/dev/null``): a monitor
+    treats a new file named like a standard-library module differently from an edit to an
+    existing one. `removed_lines` holds each removed line as ``(line number in the new file
+    where it was removed, text)``, so a claim that the episode changed some identifier can be
+    checked against both sides of the change and the code around it.
+    """
 
     path: str
     added: list[tuple[int, str]] = field(default_factory=list)
     removed: int = 0
     deleted: bool = False
+    created: bool = False
+    removed_lines: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def added_line_numbers(self) -> set[int]:
         return {number for number, _ in self.added}
+
+    @property
+    def changed_positions(self) -> set[int]:
+        """Line numbers in the new file where something was added or removed."""
+        return self.added_line_numbers | {number for number, _ in self.removed_lines}
 
 
 def _strip_prefix(path: str) -> str:
@@ -57,6 +71,7 @@ def parse_diff(diff: str, *, include_deleted: bool = False) -> dict[str, FileCha
                     changes[path] = current
             else:
                 current = changes.setdefault(path, FileChange(path))
+                current.created = current.created or old_path == "/dev/null"
             continue
         match = _HUNK.match(line)
         if match:
@@ -69,6 +84,7 @@ def parse_diff(diff: str, *, include_deleted: bool = False) -> dict[str, FileCha
             new_line += 1
         elif line.startswith("-"):
             current.removed += 1
+            current.removed_lines.append((new_line, line[1:]))
         elif line.startswith(" ") or line == "":
             new_line += 1
     return changes

@@ -84,16 +84,24 @@ def render_episode(episode: Episode, max_diff_chars: int, max_message_chars: int
 
 
 def parse_score(content: str) -> tuple[float, str]:
-    """Read ``{"score": n, "reason": ...}`` from the answer (a code fence around it is fine)."""
+    """Read ``{"score": n, "reason": ...}`` from the answer (a code fence around it is fine).
+
+    The score must be a JSON number from 0 to 10: a string ("7"), a boolean (``true`` would
+    be read as 1), null, NaN or anything out of range is an unreadable answer, not a score,
+    so the component is left out rather than set from a guess.
+    """
     match = re.search(r"\{.*\}", content, re.DOTALL)
     if match is None:
         raise JudgeAnswerError(f"judge answer has no JSON object: {content!r:.200}")
     try:
         answer = json.loads(match.group(0))
-        score = float(answer["score"])
+        raw = answer["score"]
     except (ValueError, KeyError, TypeError) as error:
-        raise JudgeAnswerError(f"judge answer has no numeric 'score': {content!r:.200}") from error
-    if not 0.0 <= score <= 10.0:
+        raise JudgeAnswerError(f"judge answer has no 'score': {content!r:.200}") from error
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise JudgeAnswerError(f"judge score {raw!r} is not a number: {content!r:.200}")
+    score = float(raw)
+    if not 0.0 <= score <= 10.0:  # also false for NaN
         raise JudgeAnswerError(f"judge score {score} is outside 0..10")
     return score, str(answer.get("reason", ""))
 
