@@ -55,7 +55,7 @@ def test_demonstration_text_parses_back_to_the_oracle_calls() -> None:
     text = demo.transcript.text
     assert text.count(TOOL_RESULT) == len(oracle_calls(task)) - 1  # finish gets no result
     assert parse_output(text).calls == oracle_calls(task)
-    assert task.files["helpers.py"] in text  # the read_file result is the real file
+    assert task.files[task.metadata["context_files"][1]] in text  # the real file, as read
 
 
 def test_mask_covers_exactly_the_model_segments() -> None:

@@ -60,7 +60,7 @@ def test_bench_refuses_to_change_silently(monkeypatch: pytest.MonkeyPatch) -> No
 def _result(
     task: Task, files: dict[str, str], message: str = "", passed: bool = True
 ) -> EpisodeResult:
-    report = TestReport(passed=1 if passed else 0, failed=0 if passed else 1)
+    report = TestReport(passed=1 if passed else 0, failed=0 if passed else 1, source="grader")
     return EpisodeResult(
         task=task,
         sample=0,

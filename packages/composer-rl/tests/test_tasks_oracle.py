@@ -34,10 +34,29 @@ def test_oracle_on_a_sample_of_every_template(split: Split) -> None:
 
 
 def test_grading_reports_per_test_outcomes() -> None:
-    task = next(iter(BUILTIN_TEMPLATES[0].tasks(Split.TRAIN)))
+    task = next(iter(BUILTIN_TEMPLATES[0].tasks(Split.TRAIN)))  # fix_operator: two tests
     report = grade_files(task, task.files)
-    assert report.failed == 1 and report.passed == 0
-    assert list(report.outcomes.values()) == ["failed"]
+    assert report.failed == 2 and report.passed == 0
+    assert list(report.outcomes.values()) == ["failed", "failed"]
+    # half right (the operator right for one test, not for the other) is two outcomes
+    fn = task.metadata["params"]["function"]
+    (right, _wrong) = task.metadata["params"]["ops"]
+    path = task.solution[0].path
+    half = "def {fn}(a, b):\n    if a <= 0 or a == b or b > a:\n        return a {op} b\n"
+    half = half.format(fn=fn, op=right) + "    return 0\n"
+    mixed = grade_files(task, {**task.files, path: half})
+    assert sorted(mixed.outcomes.values()) == ["failed", "passed"], mixed.output
+
+
+@pytest.mark.parametrize("template", BUILTIN_TEMPLATES, ids=lambda t: t.name)
+def test_declared_wrong_edits_fail_the_hidden_tests(template) -> None:  # type: ignore[no-untyped-def]
+    """A recovering demonstration's wrong first attempt must be wrong by the grader too."""
+    task = next(iter(template.tasks(Split.TRAIN)))
+    for edits in template.wrong_edits(dict(task.metadata["params"])):
+        files = dict(task.files)
+        for edit in edits:
+            files = edit.apply(files)
+        assert not grade_files(task, files).success, f"{task.id}: {edits} passes"
 
 
 def test_oracle_edit_that_no_longer_applies_is_a_clear_error() -> None:

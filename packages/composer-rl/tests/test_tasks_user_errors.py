@@ -27,7 +27,12 @@ def _task(task_id: str = "good", **update: object) -> Task:
         difficulty=1,
         instruction="Make f return 1.",
         files={"m.py": "def f():\n    return 0\n"},
-        tests={"_grading/test_m.py": "from m import f\n\n\ndef test_f():\n    assert f() == 1\n"},
+        tests={
+            "_grading/test_m.py": (
+                "from workspace_probe import call\n\n\ndef test_f():\n"
+                "    assert call('m', 'f') == 1\n"
+            )
+        },
         solution=[Edit(path="m.py", old="return 0", new="return 1")],
     )
     return task.model_copy(update=update)

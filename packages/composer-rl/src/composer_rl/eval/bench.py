@@ -18,7 +18,7 @@ from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.sources import sample_tasks
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES
 
-BENCH_VERSION = "bench-v3"  # v3: graded with the hardened test command (python -P)
+BENCH_VERSION = "bench-v4"  # v4: the templates rewritten for issues 29 and 30
 BENCH_TEMPLATES: tuple[str, ...] = (
     "review_and_fix",
     "memoize_recursion",
@@ -30,7 +30,7 @@ BENCH_TEMPLATES: tuple[str, ...] = (
 """Templates whose median change is larger than the training templates' median (4 lines)."""
 BENCH_PER_TEMPLATE = 4
 BENCH_SEED = 18
-BENCH_DIGEST = "3f8b2d5f38047cf5f74421a3c619e1eabbdc6c5b3b712fe2beafa89a91c1efb9"
+BENCH_DIGEST = "0346349c3ed18e6ce59ff0622669be8a9d7cf5dec460e2f582133a281adfc5bd"
 
 
 class BenchChangedError(RuntimeError):
@@ -50,7 +50,15 @@ def bench_tasks(check: bool = True) -> list[Task]:
     """The bench's tasks, each tagged with the bench version; raises `BenchChangedError`
     when they differ from the frozen version."""
     by_name = {t.name: t for t in BUILTIN_TEMPLATES}
-    pool = [t for name in BENCH_TEMPLATES for t in by_name[name].tasks(Split.HELDOUT)]
+    pool: list[Task] = []
+    for name in BENCH_TEMPLATES:
+        heldout = list(by_name[name].tasks(Split.HELDOUT))
+        # CursorBench's descriptions are short for the size of the change: the bench takes
+        # each template's held-out tasks whose instruction is in the shortest third (the
+        # tersest phrasing), so a policy must find what the description leaves out.
+        lengths = sorted(len(t.instruction) for t in heldout)
+        cut = lengths[(len(lengths) - 1) // 3]
+        pool += [t for t in heldout if len(t.instruction) <= cut]
     tasks = sample_tasks(pool, per_group=BENCH_PER_TEMPLATE, seed=BENCH_SEED)
     if check:
         digest = bench_digest(tasks)

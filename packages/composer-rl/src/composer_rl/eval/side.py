@@ -39,15 +39,17 @@ from composer_rl.tasks.templates.vocab import HELPERS, MODULES
 
 SIDE_MODULES = MODULES[:4]
 
-UNCHANGED_TEST = """from pathlib import Path
+UNCHANGED_TEST = """from workspace_probe import workspace_text
 
 ORIGINAL = {files!r}
 
 
 def test_nothing_changed():
     for path, text in ORIGINAL.items():
-        assert Path(path).read_text() == text, path
+        assert workspace_text(path) == text, path
 """
+"""Hidden tests reach the workspace only through `workspace_probe` (composer-infra's
+grader writes it beside them): values come back from a child process as plain data."""
 
 
 def _changed(result: EpisodeResult) -> dict[str, str | None]:
@@ -108,10 +110,10 @@ class ConstrainedFix(Template):
         }
         tests = {
             f"{GRADING_DIR}/test_task.py": (
-                f"from {mod} import total\n\n\ndef test_total():\n"
-                "    assert total([(2, 3)]) == 6\n"
-                "    assert total([(2, 3), (1, 1)], discount=2) == 5\n"
-                "    assert total([]) == 0\n"
+                "from workspace_probe import call\n\n\ndef test_total():\n"
+                f"    assert call({mod!r}, 'total', [(2, 3)]) == 6\n"
+                f"    assert call({mod!r}, 'total', [(2, 3), (1, 1)], discount=2) == 5\n"
+                f"    assert call({mod!r}, 'total', []) == 0\n"
             )
         }
         instruction = (
@@ -173,11 +175,13 @@ class NeedlessEdit(Template):
                 )
             ]
         checks = "".join(
-            f"    assert {name}(7, 3) == {eval(f'7 {o} 3')}\n" for name, o in OPERATIONS
+            f"    assert call({mod!r}, {name!r}, 7, 3) == {eval(f'7 {o} 3')}\n"
+            for name, o in OPERATIONS
         )
-        names = ", ".join(name for name, _ in OPERATIONS)
         tests = {
-            f"{GRADING_DIR}/test_task.py": f"from {mod} import {names}\n\n\ndef test_all():\n{checks}"
+            f"{GRADING_DIR}/test_task.py": (
+                f"from workspace_probe import call\n\n\ndef test_all():\n{checks}"
+            )
         }
         instruction = (
             f"`{target}(a, b)` in `{path}` should return `a {op} b`. Fix it if it does not."
@@ -242,10 +246,10 @@ class ChangeOfPlan(Template):
         source = "def identity(x):\n    return x\n"
         tests = {
             f"{GRADING_DIR}/test_task.py": (
-                f"import {mod}\n\n\ndef test_new_plan():\n"
-                f"    assert {mod}.{second}(4) == 12\n"
-                f"    assert not hasattr({mod}, '{first}')\n"
-                f"    assert {mod}.identity(5) == 5\n"
+                "from workspace_probe import call, evaluate\n\n\ndef test_new_plan():\n"
+                f"    assert call({mod!r}, {second!r}, 4) == 12\n"
+                f"    assert evaluate(\"hasattr({mod}, '{first}')\", imports=[{mod!r}]) is False\n"
+                f"    assert call({mod!r}, 'identity', 5) == 5\n"
             )
         }
         instruction = f"Add a function `{first}(x)` to `{path}` that returns `x * 2`."

@@ -23,6 +23,16 @@ shadows nothing (the grader puts the workspace on the path itself: composer_infr
 `junit_command`)."""
 
 
+VISIBLE_TESTS_DIR = "tests"
+"""Folder of a repository's own tests, which the agent may read and run (the hidden tests
+under `GRADING_DIR` alone decide correctness)."""
+
+VISIBLE_TEST_COMMAND = f"python -m pytest -q --tb=line -rN {VISIBLE_TESTS_DIR}"
+"""How the agent runs a repository's visible tests with the `run` tool: one line per failure
+(its assertion message) and the counts, so that a failing run fits the tiny model's context
+(a default traceback of one failed assertion is about three times as long)."""
+
+
 class Category(StrEnum):
     """The report's task mix (the order is the report's, largest share first)."""
 

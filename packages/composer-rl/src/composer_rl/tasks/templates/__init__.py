@@ -10,6 +10,7 @@ from composer_rl.tasks.templates.migration import MoveCallers, TuplesToDataclass
 from composer_rl.tasks.templates.new_feature import AddStringFunction, ImplementStub
 from composer_rl.tasks.templates.optimisation import BatchQueries, MemoizeRecursion
 from composer_rl.tasks.templates.refactor import ExtractConstant, RenameFunction
+from composer_rl.tasks.templates.selection import PAIR_KEY, KeepItems, PickItem
 from composer_rl.tasks.templates.testing import WriteTests
 from composer_rl.tasks.templates.understanding import FindDefinition, ReadConstant
 
@@ -37,6 +38,9 @@ BUILTIN_TEMPLATES: list[Template] = [
     FixCI(),
     MoveCallers(),
     TuplesToDataclass(),
+    # Minimal pairs (issue #29): appended so that every template above keeps its place.
+    PickItem(),
+    KeepItems(),
 ]
 
 MULTI_FILE_TEMPLATES: tuple[str, ...] = (
@@ -47,4 +51,4 @@ MULTI_FILE_TEMPLATES: tuple[str, ...] = (
 )
 """One template per new category whose change spans several files and tens of lines."""
 
-__all__ = ["BUILTIN_TEMPLATES", "MULTI_FILE_TEMPLATES", "Template", "split_of"]
+__all__ = ["BUILTIN_TEMPLATES", "MULTI_FILE_TEMPLATES", "PAIR_KEY", "Template", "split_of"]

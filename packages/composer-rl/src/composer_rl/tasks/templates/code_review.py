@@ -3,6 +3,11 @@
 The review is graded on what it says: `REVIEW.md` must name each defect as `path:line`
 (the line in the file as the diff leaves it), and name nothing else, so listing every line
 of the diff does not pass. The final message is free text for the user.
+
+The repository's own tests check what can be checked without giving the answer away: that
+the review names locations of the change (a file it adds, not the diff; a line of code, not
+a header or docstring) and, where the task also fixes the change, its behaviour. The hidden
+tests read the review as data (`workspace_text`) and call the code through the probe.
 """
 
 from __future__ import annotations
@@ -10,21 +15,70 @@ from __future__ import annotations
 import difflib
 from typing import ClassVar
 
-from composer_rl.tasks.model import GRADING_DIR, Category, Edit
-from composer_rl.tasks.templates.base import Params, Template, grid
+from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Category, Edit
+from composer_rl.tasks.templates.base import Params, Template, named_grid
 from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES
 
 REVIEW_FILE = "REVIEW.md"
 DIFF_FILE = "CHANGE.diff"
+PHRASINGS = (0, 1, 2)
 
 LOCATIONS_CHECK = """import re
-from pathlib import Path
+
+from workspace_probe import workspace_text
 
 
 def test_review_names_exactly_the_defects():
-    text = Path({review!r}).read_text()
+    text = workspace_text({review!r})
     found = set(re.findall(r"([A-Za-z_][A-Za-z0-9_/]*\\.py):(\\d+)", text))
     assert found == {expected}
+"""
+
+VISIBLE_REVIEW_TESTS = '''"""Checks on the form of REVIEW.md: each defect named as path:line of the change."""
+
+import re
+from pathlib import Path
+
+LOCATION = re.compile(r"([A-Za-z_][A-Za-z0-9_/.]*):(\\d+)")
+CHANGED = {changed}
+"""The files the change adds."""
+
+
+def locations():
+    review = Path("{review}")
+    assert review.is_file(), "write the review to {review} (each defect as path:line)"
+    found = sorted(set(LOCATION.findall(review.read_text())))
+    assert found, "{review} names no location: write each defect as path:line"
+    return found
+{count_test}
+
+def test_locations_are_files_of_the_change():
+    for path, line in locations():
+        assert path in CHANGED, (
+            f"{{path}}:{{line}}: {{path}} is not a file the change adds {{sorted(CHANGED)}}; "
+            "give the line in the changed file, not in the diff"
+        )
+
+
+def test_locations_are_lines_of_code():
+    for path, line in locations():
+        if path not in CHANGED:
+            continue
+        lines = Path(path).read_text().splitlines()
+        number = int(line)
+        assert 1 <= number <= len(lines), f"{{path}} has {{len(lines)}} lines, not {{number}}"
+        text = lines[number - 1].strip()
+        assert text and not text.startswith(("def ", '"""', "#", "from ", "import ")), (
+            f"{{path}}:{{number}} is {{text!r}}: name the line that is wrong, not a header, "
+            "an import, a docstring or a blank line"
+        )
+'''
+
+COUNT_ONE = """
+
+def test_review_names_one_location():
+    found = locations()
+    assert len(found) == 1, f"name exactly one defect; {review} names {{found}}"
 """
 
 
@@ -32,6 +86,14 @@ def set_literal(items: set[tuple[str, str]]) -> str:
     """A set's source text in sorted order (a set's repr follows hash order, which changes
     between interpreter runs, and the task's text must not)."""
     return "{" + ", ".join(repr(item) for item in sorted(items)) + "}"
+
+
+def visible_review_tests(changed: list[str], *, exactly_one: bool) -> str:
+    count = COUNT_ONE.format(review=REVIEW_FILE) if exactly_one else ""
+    changed_literal = "{" + ", ".join(repr(p) for p in sorted(changed)) + "}"
+    return VISIBLE_REVIEW_TESTS.format(
+        changed=changed_literal, review=REVIEW_FILE, count_test=count
+    )
 
 
 def added_diff(files: dict[str, str]) -> str:
@@ -75,37 +137,74 @@ class ReviewDiff(Template):
     name: ClassVar[str] = "review_diff"
     category: ClassVar[Category] = Category.CODE_REVIEW
     difficulty: ClassVar[int] = 2
+    name_params: ClassVar[tuple[str, ...]] = ("module", "prefix")
 
     def parameter_space(self) -> list[Params]:
-        return grid(module=MODULES, prefix=FUNCTIONS, defect=list(STAT_FUNCTIONS))
+        return named_grid(
+            self.name,
+            {"module": MODULES, "prefix": FUNCTIONS},
+            train=200,
+            heldout=55,
+            defect=list(STAT_FUNCTIONS),
+            phrasing=list(PHRASINGS),
+        )
 
     def context_files(self, params: Params) -> list[str]:
         return [DIFF_FILE]
 
-    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
-        mod, prefix, defect = params["module"], params["prefix"], params["defect"]
-        path = f"{mod}.py"
+    def _source(self, params: Params) -> tuple[str, str, int]:
+        """(path, source as the change leaves it, line of the defect)."""
+        prefix, defect = params["prefix"], params["defect"]
         blocks = []
         for kind, (doc, right, wrong) in STAT_FUNCTIONS.items():
             body = wrong if kind == defect else right
             blocks.append(f'def {prefix}_{kind}(xs):\n    """{doc}"""\n    {body}\n')
         source = "\n\n".join(blocks)
-        line = line_of(source, STAT_FUNCTIONS[defect][2])
-        files = {path: source, DIFF_FILE: added_diff({path: source})}
+        return f"{params['module']}.py", source, line_of(source, STAT_FUNCTIONS[defect][2])
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        prefix, defect = params["prefix"], params["defect"]
+        path, source, line = self._source(params)
+        files = {
+            path: source,
+            DIFF_FILE: added_diff({path: source}),
+            f"{VISIBLE_TESTS_DIR}/test_review.py": visible_review_tests([path], exactly_one=True),
+        }
         tests = {
             f"{GRADING_DIR}/test_task.py": LOCATIONS_CHECK.format(
                 review=REVIEW_FILE, expected=set_literal({(path, str(line))})
             )
         }
-        instruction = (
+        instruction = [
             f"Review `{DIFF_FILE}`. Put the defect's `path:line` on the first line of "
-            f"`{REVIEW_FILE}`, then say what is wrong."
-        )
+            f"`{REVIEW_FILE}`, then say what is wrong.",
+            f"The change to `{path}` adds four functions and one of them does not do what its "
+            f"docstring says. Write its `path:line` in `{REVIEW_FILE}` and how to fix it.",
+            "A change waits for review (its diff is in the repository). Find the one line that "
+            f"is wrong and name it as `path:line` in `{REVIEW_FILE}`.",
+        ][params["phrasing"]]
+        doc, right, _ = STAT_FUNCTIONS[defect]
         review = (
             f"{path}:{line}\n\n`{prefix}_{defect}` does not match its docstring "
-            f"({STAT_FUNCTIONS[defect][0].lower()[:-1]}): it should `{STAT_FUNCTIONS[defect][1]}`.\n"
+            f"({doc.lower()[:-1]}): it should `{right}`.\n"
         )
         return instruction, files, tests, [Edit(path=REVIEW_FILE, new=review)]
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """Every function's line named "to be safe", the defective function's header named
+        instead of its line, and the line counted in the diff instead of the file."""
+        path, source, _ = self._source(params)
+        diff = added_diff({path: source})
+        every = [
+            n for n, text in enumerate(source.splitlines(), 1) if text.strip().startswith("return")
+        ]
+        header = line_of(source, f"def {params['prefix']}_{params['defect']}(")
+        in_diff = line_of(diff, STAT_FUNCTIONS[params["defect"]][2])
+        return [
+            [Edit(path=REVIEW_FILE, new="".join(f"{path}:{n}\n" for n in every))],
+            [Edit(path=REVIEW_FILE, new=f"{path}:{header}\n")],
+            [Edit(path=REVIEW_FILE, new=f"{DIFF_FILE}:{in_diff}\n")],
+        ]
 
 
 PARSE = '''def parse_amount(text):
@@ -116,32 +215,34 @@ PARSE = '''def parse_amount(text):
 '''
 PARSE_BUG = ("return int(whole) * 100 + int(frac)", "return int(whole) * 10 + int(frac)")
 
-CONVERT = '''from parse import parse_amount
+EXCHANGE = '''from parse import parse_amount
 
 RATES = {rates!r}
 
 
-def convert(text, currency):
+def exchange(text, currency):
     """An amount in dollars (text) -> whole cents of `currency`, rounded down."""
     cents = parse_amount(text)
     return cents * RATES[currency] // 100
 '''
-CONVERT_BUG = ("return cents * RATES[currency] // 100", "return cents * 100 // RATES[currency]")
+EXCHANGE_BUG = ("return cents * RATES[currency] // 100", "return cents * 100 // RATES[currency]")
 
-REPORT = '''from convert import convert
+REPORT = '''from exchange import exchange
 
 
 def {fn}(lines, currency):
-    """Sum of the converted amounts, formatted as '<units>.<cents> <CURRENCY>'."""
-    total = 0
+    """Sum of the converted amounts, formatted as '<whole>.<cents> <CURRENCY>'."""
+    summed = 0
     for line in lines:
-        total += convert(line, currency)
-    units, cents = divmod(total, 100)
-    return f"{{units}}.{{cents:02d}} {{currency.upper()}}"
+        summed += exchange(line, currency)
+    whole, cents = divmod(summed, 100)
+    return f"{{whole}}.{{cents:02d}} {{currency.upper()}}"
 '''
 REPORT_BUG = ("for line in lines:", "for line in lines[1:]:")
 
-CLI = '''from report import {fn}
+CLI = '''import sys
+
+from {mod} import {fn}
 
 
 def main(argv):
@@ -149,6 +250,10 @@ def main(argv):
     currency, *amounts = argv
     print({fn}(amounts, currency))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
 '''
 CLI_BUG = ("currency, *amounts = argv", "*amounts, currency = argv")
 
@@ -157,39 +262,72 @@ RATE_TABLES = [
     {"usd": 100, "eur": 90, "chf": 88},
     {"usd": 100, "cad": 136, "eur": 93},
 ]
-PARTS = ["parse", "convert", "report", "cli"]
+PARTS = ["parse", "exchange", "report", "cli"]
 DEFECT_SETS = [[p for p in PARTS if p != clean] for clean in PARTS]
 """Three of the four files carry a defect; which one is clean is a parameter."""
 
-CHANGE_TESTS = """from convert import RATES, convert
-from parse import parse_amount
-from report import {fn}
+CHANGE_TESTS = """from workspace_probe import call, run
+
+RATES = {rates!r}
 
 
 def test_parse():
-    assert parse_amount("12.34") == 1234
-    assert parse_amount("7") == 700
-    assert parse_amount("0.5") == 50
+    assert call("parse", "parse_amount", "45.67") == 4567
+    assert call("parse", "parse_amount", "3") == 300
+    assert call("parse", "parse_amount", "0.05") == 5
+    assert call("parse", "parse_amount", " 8.1 ") == 810
 
 
-def test_convert():
+def test_exchange():
     for currency, rate in RATES.items():
-        assert convert("10.00", currency) == 1000 * rate // 100
-    assert convert("1.50", "usd") == 150
+        assert call("exchange", "exchange", "20.00", currency) == 2000 * rate // 100
+        assert call("exchange", "exchange", "0.37", currency) == 37 * rate // 100
+    assert call("exchange", "exchange", "3.75", "usd") == 375
 
 
 def test_report():
-    assert {fn}(["1.05", "2.00"], "usd") == "3.05 USD"
-    assert {fn}(["0.02"], "usd") == "0.02 USD"
-    assert {fn}([], "usd") == "0.00 USD"
+    assert call({mod!r}, {fn!r}, ["2.10", "0.95", "4.00"], "usd") == "7.05 USD"
+    assert call({mod!r}, {fn!r}, ["0.07"], "usd") == "0.07 USD"
+    assert call({mod!r}, {fn!r}, [], "usd") == "0.00 USD"
+    assert call({mod!r}, {fn!r}, ["6.00", "4.00"], {other!r}) == {other_total!r}
 
 
-def test_cli(capsys):
-    from cli import main
-
-    assert main(["usd", "1.05", "2.00"]) == 0
-    assert capsys.readouterr().out == "3.05 USD\\n"
+def test_cli():
+    proc = run(["python", "cli.py", "usd", "2.10", "0.95"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "3.05 USD\\n"
 """
+
+VISIBLE_CHANGE_TESTS = '''"""The converter's behaviour, file by file."""
+
+from cli import main
+from exchange import RATES, exchange
+from parse import parse_amount
+from {mod} import {fn}
+
+
+def test_parse_amount():
+    assert parse_amount("5.25") == 525, "parse_amount('5.25') should be 525 cents"
+    assert parse_amount("12") == 1200, "parse_amount('12') should be 1200 cents"
+
+
+def test_exchange_uses_the_rate():
+    for currency, per_dollar in RATES.items():
+        expected = 400 * per_dollar // 100
+        assert exchange("4.00", currency) == expected, (
+            f"exchange('4.00', {{currency!r}}) should be 400 cents * {{per_dollar}} // 100 = "
+            f"{{expected}}"
+        )
+
+
+def test_{fn}_sums_every_line():
+    assert {fn}(["1.25", "0.50"], "usd") == "1.75 USD", "1.25 + 0.50 should be 1.75 USD"
+
+
+def test_cli_prints_the_total(capsys):
+    assert main(["usd", "0.40", "0.35"]) == 0
+    assert capsys.readouterr().out == "0.75 USD\\n", "main(['usd', '0.40', '0.35'])"
+'''
 
 
 class ReviewAndFix(Template):
@@ -198,46 +336,97 @@ class ReviewAndFix(Template):
     name: ClassVar[str] = "review_and_fix"
     category: ClassVar[Category] = Category.CODE_REVIEW
     difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function")
 
     def parameter_space(self) -> list[Params]:
-        return grid(function=FUNCTIONS, rates=list(range(len(RATE_TABLES))), defects=DEFECT_SETS)
+        return named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=80,
+            heldout=20,
+            rates=list(range(len(RATE_TABLES))),
+            defects=DEFECT_SETS,
+            phrasing=list(PHRASINGS),
+        )
 
     def context_files(self, params: Params) -> list[str]:
         return [DIFF_FILE]
 
-    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
-        fn, defects = params["function"], params["defects"]
-        right = {
-            "parse": PARSE,
-            "convert": CONVERT.format(rates=RATE_TABLES[params["rates"]]),
-            "report": REPORT.format(fn=fn),
-            "cli": CLI.format(fn=fn),
+    def _parts(self, params: Params) -> dict[str, tuple[str, str, tuple[str, str]]]:
+        """part -> (path, right text, (right line, wrong line))."""
+        mod, fn = params["module"], params["function"]
+        return {
+            "parse": ("parse.py", PARSE, PARSE_BUG),
+            "exchange": (
+                "exchange.py",
+                EXCHANGE.format(rates=RATE_TABLES[params["rates"]]),
+                EXCHANGE_BUG,
+            ),
+            "report": (f"{mod}.py", REPORT.format(fn=fn), REPORT_BUG),
+            "cli": ("cli.py", CLI.format(mod=mod, fn=fn), CLI_BUG),
         }
-        bugs = {"parse": PARSE_BUG, "convert": CONVERT_BUG, "report": REPORT_BUG, "cli": CLI_BUG}
-        files: dict[str, str] = {}
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        mod, fn, defects = params["module"], params["function"], params["defects"]
+        rates = RATE_TABLES[params["rates"]]
+        code: dict[str, str] = {}
         locations: set[tuple[str, str]] = set()
         edits: list[Edit] = []
         notes: list[str] = []
-        for part, text in right.items():
-            path = f"{part}.py"
+        for part, (path, text, (good, bad)) in self._parts(params).items():
             if part in defects:
-                good, bad = bugs[part]
                 text = text.replace(good, bad)
                 line = line_of(text, bad)
                 locations.add((path, str(line)))
                 edits.append(Edit(path=path, old=bad, new=good))
                 notes.append(f"- {path}:{line}: `{bad}` should be `{good}`.")
-            files[path] = text
-        files = {DIFF_FILE: added_diff(files), **files}
+            code[path] = text
+        files = {
+            DIFF_FILE: added_diff(code),
+            **code,
+            f"{VISIBLE_TESTS_DIR}/test_change.py": VISIBLE_CHANGE_TESTS.format(mod=mod, fn=fn),
+            f"{VISIBLE_TESTS_DIR}/test_review.py": visible_review_tests(
+                list(code), exactly_one=False
+            ),
+        }
+        other = next(c for c in rates if c != "usd")
         tests = {
-            f"{GRADING_DIR}/test_task.py": CHANGE_TESTS.format(fn=fn),
+            f"{GRADING_DIR}/test_task.py": CHANGE_TESTS.format(
+                rates=rates,
+                mod=mod,
+                fn=fn,
+                other=other,
+                other_total=_money(600 * rates[other] // 100 + 400 * rates[other] // 100, other),
+            ),
             f"{GRADING_DIR}/test_review.py": LOCATIONS_CHECK.format(
                 review=REVIEW_FILE, expected=set_literal(locations)
             ),
         }
-        instruction = (
+        instruction = [
             f"Review `{DIFF_FILE}`: fix its defects and list each as `path:line` in "
-            f"`{REVIEW_FILE}`."
-        )
+            f"`{REVIEW_FILE}`.",
+            f"The change in `{DIFF_FILE}` adds an amount converter in four files, with bugs. "
+            f"Fix them and list where each was (`path:line`) in `{REVIEW_FILE}`.",
+            "A change under review (its diff is in the repository) has defects. Fix each one "
+            f"and write where it was as `path:line` in `{REVIEW_FILE}`.",
+        ][params["phrasing"]]
         review = "Defects in the change (lines as the diff leaves them):\n\n" + "\n".join(notes)
         return instruction, files, tests, [*edits, Edit(path=REVIEW_FILE, new=review + "\n")]
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """The review with the diff's line numbers; the review alone, nothing fixed; every
+        defect but the last fixed."""
+        _, files, _, solution = self.render(params)
+        fixes, review = solution[:-1], solution[-1]
+        diff = files[DIFF_FILE]
+        in_diff = "".join(f"- {DIFF_FILE}:{line_of(diff, str(e.old))}\n" for e in fixes)
+        return [
+            [*fixes, Edit(path=REVIEW_FILE, new=in_diff)],
+            [review],
+            [*fixes[:-1], review],
+        ]
+
+
+def _money(cents: int, currency: str) -> str:
+    units, rest = divmod(cents, 100)
+    return f"{units}.{rest:02d} {currency.upper()}"

@@ -3,15 +3,24 @@
 The cost is always counted, never timed: calls of a function the grader wraps, or queries
 a store object counts itself. A counted cost is the same on every machine and under any
 load, so the grade cannot flake (DESIGN.md: tests never assert wall-clock times).
+
+The count is taken inside the probe's child (`evaluate(..., setup=...)`): the hidden test's
+own setup code wraps the function or builds the store there, on inputs the instruction does
+not give, and only the count and the values come back, as plain data. Workspace code could
+lie about its own values, as it could about any result, but no constant satisfies the
+checks: the values are of inputs it never saw, and a function that is still slow cannot
+answer the large input within the probe's time limit.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from composer_rl.tasks.model import GRADING_DIR, Category, Edit
-from composer_rl.tasks.templates.base import Params, Template, grid
+from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Category, Edit
+from composer_rl.tasks.templates.base import Params, Template, named_grid
 from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES
+
+PHRASINGS = (0, 1, 2)
 
 # (base values f(0), f(1)); f(n) = f(n - 1) + f(n - 2)
 BASES = [(0, 1), (2, 1), (1, 1), (3, 2)]
@@ -23,31 +32,64 @@ def _sequence(a: int, b: int, n: int) -> int:
     return a
 
 
-MEMO_TESTS = """import {mod}
-
+COUNT_SETUP = """import {mod}
 ORIGINAL = {mod}.{fn}
+calls = 0
+def counted(*args, **kwargs):
+    global calls
+    calls += 1
+    return ORIGINAL(*args, **kwargs)
+{mod}.{fn} = counted
+try:
+    result = counted({n})
+finally:
+    {mod}.{fn} = ORIGINAL
+"""
+"""Wraps the module's function so that every call through its name (the recursion's too)
+is counted, in the child; `(result, calls)` comes back."""
+
+MEMO_TESTS = """from workspace_probe import call, evaluate
+
+SETUP = {setup!r}
 
 
 def test_values():
-    assert [{mod}.{fn}(n) for n in range(8)] == {values!r}
+    assert [call({mod!r}, {fn!r}, n) for n in range(8)] == {values!r}
+    assert call({mod!r}, {fn!r}, 25) == {n25!r}
 
 
 def test_calls_are_linear():
-    calls = 0
-
-    def counted(n):
-        nonlocal calls
-        calls += 1
-        return ORIGINAL(n)
-
-    {mod}.{fn} = counted
-    try:
-        assert counted(25) == {n25!r}
-    finally:
-        {mod}.{fn} = ORIGINAL
-    assert calls <= 60, f"{fn}(25) made {{calls}} calls of {fn}; at most 60 allowed"
-    assert {mod}.{fn}(60) == {big!r}
+    result, calls = evaluate("(result, calls)", imports=[{mod!r}], setup=SETUP)
+    assert result == {counted!r}
+    assert calls <= {bound}, f"{fn}({n}) made {{calls}} calls of {fn}; at most {bound} allowed"
+    # Only a linear function answers this within the probe's time limit.
+    assert call({mod!r}, {fn!r}, 90) == {big!r}
 """
+
+MEMO_VISIBLE = '''"""Values of {fn} and how many calls it makes."""
+
+import {mod}
+
+
+def test_values():
+    for n, expected in {values!r}:
+        assert {mod}.{fn}(n) == expected, f"{fn}({{n}}) should be {{expected}}"
+
+
+def test_calls_are_linear(monkeypatch):
+    original = {mod}.{fn}
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr({mod}, "{fn}", counted)
+    assert counted({n}) == {expected!r}
+    assert len(calls) <= {bound}, (
+        f"{fn}({n}) made {{len(calls)}} calls of {fn}; a linear version makes at most {bound}"
+    )
+'''
 
 
 class MemoizeRecursion(Template):
@@ -56,36 +98,96 @@ class MemoizeRecursion(Template):
     name: ClassVar[str] = "memoize_recursion"
     category: ClassVar[Category] = Category.OPTIMISATION
     difficulty: ClassVar[int] = 2
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function")
 
     def parameter_space(self) -> list[Params]:
-        return grid(module=MODULES, function=FUNCTIONS, base=list(range(len(BASES))))
+        return named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=200,
+            heldout=60,
+            base=list(range(len(BASES))),
+            phrasing=list(PHRASINGS),
+        )
 
     def context_files(self, params: Params) -> list[str]:
         return [f"{params['module']}.py"]
+
+    def _body(self, params: Params) -> str:
+        a, b = BASES[params["base"]]
+        fn = params["function"]
+        return (
+            f"    if n == 0:\n        return {a}\n    if n == 1:\n        return {b}\n"
+            f"    return {fn}(n - 1) + {fn}(n - 2)\n"
+        )
 
     def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
         mod, fn = params["module"], params["function"]
         a, b = BASES[params["base"]]
         path = f"{mod}.py"
-        body = (
-            f"    if n == 0:\n        return {a}\n    if n == 1:\n        return {b}\n"
-            f"    return {fn}(n - 1) + {fn}(n - 2)\n"
-        )
+        body = self._body(params)
         source = f'def {fn}(n):\n    """f(0) = {a}, f(1) = {b}, f(n) = f(n-1) + f(n-2)."""\n{body}'
+        hidden_n, visible_n = 22, 18
         tests = {
             f"{GRADING_DIR}/test_task.py": MEMO_TESTS.format(
                 mod=mod,
                 fn=fn,
+                setup=COUNT_SETUP.format(mod=mod, fn=fn, n=hidden_n),
                 values=[_sequence(a, b, n) for n in range(8)],
-                big=_sequence(a, b, 60),
                 n25=_sequence(a, b, 25),
+                n=hidden_n,
+                counted=_sequence(a, b, hidden_n),
+                bound=3 * hidden_n,
+                big=_sequence(a, b, 90),
             )
         }
-        instruction = f"`{fn}` in `{path}` is exponential. Make it linear."
+        files = {
+            path: source,
+            f"{VISIBLE_TESTS_DIR}/test_{mod}.py": MEMO_VISIBLE.format(
+                mod=mod,
+                fn=fn,
+                values=[(n, _sequence(a, b, n)) for n in (9, 10, 12)],
+                n=visible_n,
+                expected=_sequence(a, b, visible_n),
+                bound=3 * visible_n,
+            ),
+        }
+        instruction = [
+            f"`{fn}` in `{path}` is exponential. Make it linear.",
+            f"`{fn}(n)` recomputes the same values over and over, so it takes exponential "
+            "time. Make it linear in `n` without changing its values.",
+            f"Calling `{fn}` with a large `n` never finishes. Make it fast (a linear number of "
+            "steps) and keep every value the same.",
+        ][params["phrasing"]]
         fast = (
             f"    a, b = {a}, {b}\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n"
         )
-        return instruction, {path: source}, tests, [Edit(path=path, old=body, new=fast)]
+        return instruction, files, tests, [Edit(path=path, old=body, new=fast)]
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """The loop one step short, the loop returning the value after `f(n)`, and a cache
+        that is read but never written (still exponential)."""
+        a, b = BASES[params["base"]]
+        fn, path = params["function"], f"{params['module']}.py"
+        body = self._body(params)
+        short = f"    a, b = {a}, {b}\n    for _ in range(n - 1):\n        a, b = b, a + b\n    return a\n"
+        ahead = (
+            f"    a, b = {a}, {b}\n    for _ in range(n):\n        a, b = b, a + b\n    return b\n"
+        )
+        unfilled = (
+            f"    if n in _seen:\n        return _seen[n]\n"
+            f"    if n == 0:\n        return {a}\n    if n == 1:\n        return {b}\n"
+            f"    return {fn}(n - 1) + {fn}(n - 2)\n"
+        )
+        header = f"def {fn}(n):"
+        return [
+            [Edit(path=path, old=body, new=short)],
+            [Edit(path=path, old=body, new=ahead)],
+            [
+                Edit(path=path, old=body, new=unfilled),
+                Edit(path=path, old=header, new="_seen = {}\n\n\n" + header),
+            ],
+        ]
 
 
 STORE = '''class Store:
@@ -108,20 +210,20 @@ STORE = '''class Store:
 
 TOTALS_SLOW = '''def order_total(store, keys):
     """Sum of {price} * qty over the rows of `keys`."""
-    total = 0
+    subtotal = 0
     for key in keys:
         row = store.get(key)
-        total += row["{price}"] * row["qty"]
-    return total
+        subtotal += row["{price}"] * row["qty"]
+    return subtotal
 '''
 TOTALS_FAST = '''def order_total(store, keys):
     """Sum of {price} * qty over the rows of `keys`."""
     rows = store.get_many(keys)
-    total = 0
+    subtotal = 0
     for key in keys:
         row = rows[key]
-        total += row["{price}"] * row["qty"]
-    return total
+        subtotal += row["{price}"] * row["qty"]
+    return subtotal
 '''
 LABELS_SLOW = '''def labels(store, keys):
     """'name x qty' for each key, in order."""
@@ -141,6 +243,11 @@ LABELS_FAST = '''def labels(store, keys):
         out.append(f"{row['name']} x {row['qty']}")
     return out
 '''
+LABELS_BY_ROW = '''def labels(store, keys):
+    """'name x qty' for each key, in order."""
+    rows = store.get_many(keys)
+    return [f"{row['name']} x {row['qty']}" for row in rows.values()]
+'''
 REPORT_SLOW = '''from labels import labels
 from totals import order_total
 
@@ -154,11 +261,57 @@ REPORT_FAST = '''def {fn}(store, keys):
     """The order's lines and its total."""
     rows = store.get_many(keys)
     lines = [f"{{rows[k]['name']}} x {{rows[k]['qty']}}" for k in keys]
-    total = sum(rows[k]["{price}"] * rows[k]["qty"] for k in keys)
-    return lines + [f"total {{total}}"]
+    subtotal = sum(rows[k]["{price}"] * rows[k]["qty"] for k in keys)
+    return lines + [f"total {{subtotal}}"]
 '''
 
+BATCH_SETUP = """class _Store:
+    def __init__(self, rows):
+        self._rows = rows
+        self._log = []
+
+    def get(self, key):
+        self._log.append(key)
+        return dict(self._rows[key])
+
+    def get_many(self, keys):
+        keys = list(keys)
+        self._log.append(keys)
+        return {{key: dict(self._rows[key]) for key in keys}}
+
+
+import {module}
+store = _Store({rows!r})
+result = {module}.{function}(store, {keys!r})
+queries = len(store._log)
+"""
+"""The grader's own store, built in the child: the workspace's `store.py` counts nothing
+here, so editing it cannot change the count."""
+
 BATCH_TESTS = """import pytest
+
+from workspace_probe import evaluate
+
+ROWS = {rows!r}
+CASES = {cases!r}
+
+
+def _run(module, function, keys):
+    setup = {setup!r}.format(module=module, function=function, rows=ROWS, keys=keys)
+    return evaluate("(result, queries)", setup=setup)
+
+
+@pytest.mark.parametrize("module, function", {calls!r})
+def test_same_answers_in_one_query(module, function):
+    for keys, expected in CASES[function]:
+        result, queries = _run(module, function, keys)
+        assert result == expected, (function, keys)
+        assert queries <= 1, f"{{function}} made {{queries}} queries; at most 1"
+"""
+
+BATCH_VISIBLE = '''"""The order functions give the same answers in at most one store query per call."""
+
+import pytest
 
 from labels import labels
 from store import Store
@@ -166,26 +319,52 @@ from totals import order_total
 from {mod} import {fn}
 
 ROWS = {{
-    "a": {{"name": "pen", "{price}": 3, "qty": 2}},
-    "b": {{"name": "ink", "{price}": 5, "qty": 1}},
-    "c": {{"name": "pad", "{price}": 4, "qty": 3}},
+    "x": {{"name": "cup", "{price}": 2, "qty": 5}},
+    "y": {{"name": "mug", "{price}": 7, "qty": 1}},
+    "z": {{"name": "jar", "{price}": 3, "qty": 2}},
 }}
-KEYS = ["a", "b", "c", "a"]
+KEYS = ["z", "x", "y", "x"]
 
 
 @pytest.mark.parametrize(
     "call, expected",
     [
-        (order_total, 29),
-        (labels, ["pen x 2", "ink x 1", "pad x 3", "pen x 2"]),
-        ({fn}, ["pen x 2", "ink x 1", "pad x 3", "pen x 2", "total 29"]),
+        (order_total, 33),
+        (labels, ["jar x 2", "cup x 5", "mug x 1", "cup x 5"]),
+        ({fn}, ["jar x 2", "cup x 5", "mug x 1", "cup x 5", "total 33"]),
     ],
 )
 def test_same_answers_in_one_query(call, expected):
     store = Store(ROWS)
-    assert call(store, KEYS) == expected
+    assert call(store, KEYS) == expected, f"{{call.__name__}}(store, {{KEYS}})"
     assert store.queries <= 1, f"{{call.__name__}} made {{store.queries}} queries; at most 1"
-"""
+'''
+
+
+def _batch_cases(price: str) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+    """The hidden tests' rows and, per function, (keys, expected) pairs."""
+    rows: dict[str, dict[str, Any]] = {
+        "k1": {"name": "nib", price: 6, "qty": 3},
+        "k2": {"name": "tape", price: 1, "qty": 9},
+        "k3": {"name": "clip", price: 4, "qty": 4},
+        "k4": {"name": "file", price: 11, "qty": 1},
+    }
+    key_sets = [["k3", "k1", "k4", "k3", "k2"], ["k2"]]
+
+    def total(keys: list[str]) -> int:
+        return sum(rows[k][price] * rows[k]["qty"] for k in keys)
+
+    def lines(keys: list[str]) -> list[str]:
+        return [f"{rows[k]['name']} x {rows[k]['qty']}" for k in keys]
+
+    return rows, {
+        "order_total": [(k, total(k)) for k in key_sets],
+        "labels": [(k, lines(k)) for k in key_sets],
+        "report": [(k, [*lines(k), f"total {total(k)}"]) for k in key_sets],
+    }
+
+
+PRICES = ["price", "cost", "unit_price"]
 
 
 class BatchQueries(Template):
@@ -194,9 +373,17 @@ class BatchQueries(Template):
     name: ClassVar[str] = "batch_queries"
     category: ClassVar[Category] = Category.OPTIMISATION
     difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function")
 
     def parameter_space(self) -> list[Params]:
-        return grid(module=MODULES, function=FUNCTIONS, price=["price", "cost", "unit_price"])
+        return named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=150,
+            heldout=40,
+            price=PRICES,
+            phrasing=list(PHRASINGS),
+        )
 
     def context_files(self, params: Params) -> list[str]:
         return ["store.py", "totals.py", "labels.py", f"{params['module']}.py"]
@@ -208,15 +395,42 @@ class BatchQueries(Template):
             "totals.py": TOTALS_SLOW.replace("{price}", price),
             "labels.py": LABELS_SLOW,
             f"{mod}.py": REPORT_SLOW.format(fn=fn),
+            f"{VISIBLE_TESTS_DIR}/test_queries.py": BATCH_VISIBLE.format(
+                mod=mod, fn=fn, price=price
+            ),
         }
-        tests = {f"{GRADING_DIR}/test_task.py": BATCH_TESTS.format(mod=mod, fn=fn, price=price)}
-        instruction = (
+        rows, cases = _batch_cases(price)
+        cases[fn] = cases.pop("report")
+        tests = {
+            f"{GRADING_DIR}/test_task.py": BATCH_TESTS.format(
+                rows=rows,
+                cases=cases,
+                setup=BATCH_SETUP,
+                calls=[("totals", "order_total"), ("labels", "labels"), (mod, fn)],
+            )
+        }
+        instruction = [
             f"`order_total`, `labels` and `{fn}` ({mod}.py) query the store once per key. "
-            "Make each call at most one query."
-        )
+            "Make each call at most one query.",
+            f"`{fn}` in `{mod}.py` and the two functions it calls fetch one store row at a "
+            "time. Use `get_many` so each call makes one query, same answers.",
+            f"`{fn}` and the two helpers it calls fetch one row per key. Batch the lookups "
+            "(`get_many`): at most one query per call, with the same results.",
+        ][params["phrasing"]]
         edits = [
             Edit(path="totals.py", new=TOTALS_FAST.replace("{price}", price)),
             Edit(path="labels.py", new=LABELS_FAST),
             Edit(path=f"{mod}.py", new=REPORT_FAST.format(fn=fn, price=price)),
         ]
         return instruction, files, tests, edits
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """Only the totals batched; the labels taken from the rows' order, not the keys'
+        (duplicate keys lost); the two helpers batched but the report still calling both
+        (two queries)."""
+        _, _, _, (totals, labels, _) = self.render(params)
+        return [
+            [totals],
+            [totals, Edit(path="labels.py", new=LABELS_BY_ROW)],
+            [totals, labels],
+        ]
