@@ -31,7 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from composer_rl.rl.compare import PolicyScores, heldout_tasks, score_policy, seed_margins
+from composer_rl.rl.compare import (
+    PolicyScores,
+    behaviour_margins,
+    heldout_tasks,
+    score_policy,
+    seed_margins,
+    template_rows,
+)
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl, runner_config
@@ -104,6 +111,34 @@ def markdown(summary: dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def behaviour_markdown(sft: PolicyScores, runs: dict[int, PolicyScores]) -> str:
+    """What RL changed in how the policy works, and where pass@1 moved, as markdown tables."""
+    lines = ["", "What it learned (every scored episode; paired over tasks):", ""]
+    lines.append("| behaviour | tasks | SFT | RL per seed (margin) | mean margin ± s.e. |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for row in behaviour_margins(sft, runs):
+        per_seed = "; ".join(
+            f"seed {seed}: {s['rate']:.3f} ({s['margin'][0]:+.3f})"
+            for seed, s in row["seeds"].items()
+        )
+        lines.append(
+            f"| {row['metric']} | {row['tasks']} | {_fmt(*row['sft'])} | {per_seed} "
+            f"| {row['margin'][0]:+.3f} ± {row['margin'][1]:.3f} |"
+        )
+    lines += ["", "Greedy pass@1 by template (seed by seed, paired over tasks):", ""]
+    lines.append("| template | tasks | SFT | RL margin per seed |")
+    lines.append("| --- | --- | --- | --- |")
+    per_seed_rows = {seed: template_rows(sft, final) for seed, final in runs.items()}
+    first = next(iter(per_seed_rows.values()), [])
+    for index, row in enumerate(first):
+        margins = "; ".join(
+            f"seed {seed}: {rows[index]['margin'][0]:+.3f} ± {rows[index]['margin'][1]:.3f}"
+            for seed, rows in per_seed_rows.items()
+        )
+        lines.append(f"| {row['metric']} | {row['tasks']} | {_fmt(*row['sft'])} | {margins} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(summary: dict[str, Any], out: Path) -> Path:
     import matplotlib
 
@@ -141,7 +176,7 @@ def main() -> int:
                         help="RL seeds (none: only score the SFT policy)")  # fmt: skip
     parser.add_argument("--per-template", type=int, default=10,
                         help="held-out tasks a template (0: all of them)")  # fmt: skip
-    parser.add_argument("--k", type=int, default=4, help="temperature-1 samples a task (pass@k)")
+    parser.add_argument("--k", type=int, default=8, help="temperature-1 samples a task (pass@k)")
     parser.add_argument("--k-per-template", type=int, default=4,
                         help="held-out tasks a template for the sampled pass (a subset)")  # fmt: skip
     parser.add_argument("--config", type=Path, help="RL configuration (TOML), as for `rl`")
@@ -208,7 +243,7 @@ def main() -> int:
         f"{len(tasks[1])} of them sampled {args.k} times at T=1), seeds {args.seeds}; "
         f"settings: {overrides or 'defaults'}"
     )
-    text = markdown(summary, header)
+    text = markdown(summary, header) + behaviour_markdown(sft, runs)
     print(text)
     (work / "learning.md").write_text(text)
     (work / "learning.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -51,8 +51,8 @@ def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
         [ids], seq_len=len(ids) + 1, eos_id=tokenizer.eos_id, masks=[mask], split_documents=False
     )
     phase = PhaseConfig(
-        name="overfit", steps=60, seq_len=len(ids) + 1, rows_per_step=1, eval_every=60,
-        eval_rows=1, checkpoint_every=60, mtp_weight=0.0, optim=OptimConfig(lr=3e-3, warmup_steps=2, weight_decay=0.0),
+        name="overfit", steps=120, seq_len=len(ids) + 1, rows_per_step=1, eval_every=120,
+        eval_rows=1, checkpoint_every=120, mtp_weight=0.0, optim=OptimConfig(lr=3e-3, warmup_steps=2, weight_decay=0.0),
     )  # fmt: skip
     import tempfile
     from pathlib import Path
@@ -61,7 +61,9 @@ def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
         train_phase(model, phase, rows, rows, Path(tmp), show_progress=False)
     engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=1024)
     (result,) = EpisodeRunner(engine, tokenizer, RunnerConfig(max_turns=4)).run(tasks)
-    assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"]
+    assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"], [
+        (c.call.name, c.call.arguments, c.output[:80]) for c in result.calls
+    ]
     assert result.finished and result.stop_reason == "finish"
     assert result.solved, result.report
 

@@ -85,3 +85,37 @@ def test_upsampling_starts_at_a_share_of_the_planned_draws(tasks) -> None:  # ty
     epoch.record_effort(tasks[0], turns=3, tokens=0)
     epoch.next(), epoch.next()
     assert epoch._weights([tasks[1].id]) is None
+
+
+def test_learnability_favours_templates_near_half_and_survives_a_restart(
+    tmp_path: Path,
+    tasks,  # type: ignore[no-untyped-def]
+) -> None:
+    from composer_rl.rl.sampler import LearnabilityConfig, learnability_key
+
+    debugging = [t for t in tasks if t.category == Category.DEBUGGING]
+    keys = sorted({learnability_key(t) for t in debugging})
+    assert len(keys) >= 2
+    mixed, solved = keys[0], keys[1]
+    only = TaskMix(weights={Category.DEBUGGING: 1.0})
+    state = tmp_path / "sampler.json"
+    sampler = TaskSampler(
+        debugging, seed=0, mix=only, learnability=LearnabilityConfig(), state_path=state
+    )
+    by_key = {learnability_key(t): t for t in debugging}
+    for i in range(40):  # one template half solved, another always solved
+        sampler.record_outcome(by_key[mixed], solved=i % 2 == 0)
+        sampler.record_outcome(by_key[solved], solved=True)
+    assert sampler.learnability_weight(by_key[mixed]) == pytest.approx(1.0)
+    assert sampler.learnability_weight(by_key[solved]) == pytest.approx(0.1)  # the floor
+    drawn = [sampler.next() for _ in range(len(debugging) // 2)]
+    share = sum(learnability_key(t) == mixed for t in drawn if t) / len(drawn)
+    plain = TaskSampler(debugging, seed=0, mix=only)
+    plain_drawn = [plain.next() for _ in range(len(debugging) // 2)]
+    plain_share = sum(learnability_key(t) == mixed for t in plain_drawn if t) / len(plain_drawn)
+    assert share > plain_share  # the half-solved template is drawn more than without weights
+    assert len({t.id for t in drawn if t}) == len(drawn)  # never a prompt twice
+    again = TaskSampler(
+        debugging, seed=0, mix=only, learnability=LearnabilityConfig(), state_path=state
+    )
+    assert again.outcomes[mixed] == [20, 40] and again.outcomes[solved] == [40, 40]

@@ -38,6 +38,7 @@ ALL = [
     "router-replay",
     "nvfp4-invariance",
     "async",
+    "behaviour-reward",
 ]
 
 
@@ -111,8 +112,10 @@ def test_nvfp4_invariance_quick(tmp_path: Path, capsys: pytest.CaptureFixture[st
     change = numbers["max_logprob_change"]
     assert change["per_tensor"] > 1000 * change["per_token"]
     assert change["per_token"] < 1e-5  # float round-off, no FP4 code moved
-    # ...and only where the high-precision control's own round-off changed a logprob.
-    assert numbers["per_token_changes_only_where_control_does"] is True
+    # ...and, where the high-precision control changed nothing, only by float32 round-off
+    # (on some CPUs the control is bit-identical packed and alone; the per-token path's
+    # GEMMs over more rows still round differently).
+    assert numbers["per_token_changes_beyond_control_are_roundoff"] is True
     assert all("changed_at" not in r for r in numbers["logprobs"])
     assert result["held"] is True
 

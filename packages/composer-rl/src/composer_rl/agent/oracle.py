@@ -8,7 +8,8 @@ grading the end state proves the demonstration correct before anyone trains on i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from composer_rl.agent.format import END_OF_TURN, ToolCall
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
@@ -34,10 +35,17 @@ def oracle_calls(task: Task) -> list[ToolCall]:
 
 @dataclass
 class Demonstration:
+    """One played demonstration. `kind` is the behaviour it shows ("oracle" for
+    `play_oracle`; the behaviours of `composer_rl.agent.behaviours` for the mix) and
+    `details` what was decided while playing it (a fallback and why, the wrong first
+    attempt, the visible-test runs), so stage one can count and audit its mix."""
+
     task_id: str
     transcript: Transcript
     solved: bool
     test_output: str
+    kind: str = "oracle"
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def play_oracle(task: Task, backend: str | None = None, grade: bool = True) -> Demonstration:

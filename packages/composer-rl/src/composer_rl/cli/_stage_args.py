@@ -51,6 +51,44 @@ def add_phase(parser: argparse.ArgumentParser, phase: str, label: str) -> None:
     )
 
 
+def add_demonstrations(parser: argparse.ArgumentParser) -> None:
+    """--demo-<behaviour> SHARE and --demo-seed: the SFT demonstrations' mix of behaviours
+    (`Stage1Config.demonstrations`; shares are normalised by their sum)."""
+    from composer_rl.agent.behaviours import Behaviour, DemonstrationMix
+
+    defaults = DemonstrationMix()
+
+    group = parser.add_argument_group(
+        "SFT demonstrations",
+        "shares of the behaviours the SFT demonstrations show (normalised by their sum; "
+        "defaults: composer_rl.agent.behaviours)",
+    )
+    for behaviour in Behaviour:
+        flag = behaviour.value.replace("_", "-")
+        group.add_argument(
+            f"--demo-{flag}",
+            dest=f"demonstrations.{behaviour.value}",
+            type=float,
+            metavar="SHARE",
+            help=f"default {getattr(defaults, behaviour.value)}",
+        )
+    group.add_argument(
+        "--demo-careless-wrong",
+        dest="demonstrations.careless_wrong",
+        type=float,
+        metavar="SHARE",
+        help="share of careless demonstrations whose edit is wrong "
+        f"(default {defaults.careless_wrong})",
+    )
+    group.add_argument(
+        "--demo-seed",
+        dest="demonstrations.seed",
+        type=int,
+        metavar="N",
+        help="seed of each task's behaviour and mistake (default 0)",
+    )
+
+
 def stage1_config(args: argparse.Namespace) -> Stage1Config:
     overrides = {k: v for k, v in vars(args).items() if "." in k or k in ("preset", "threads")}
     overrides["run_dir"] = args.run_dir

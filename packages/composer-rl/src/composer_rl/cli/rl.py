@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from typing import Any
 
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
@@ -40,17 +41,25 @@ def main(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from composer_rl.rl.compare import comparison_rows, heldout_tasks, score_policy
+    from composer_rl.rl.compare import (
+        comparison_rows,
+        heldout_tasks,
+        score_policy,
+        template_rows,
+    )
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
-    from composer_rl.rl.run import run_rl, runner_config
+    from composer_rl.rl.run import preflight, run_rl, runner_config
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
         setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())
     try:
         config = config_from_args(args)
+        preflight(config)
     except ConfigError as error:
-        raise SystemExit(f"error: {error}") from None
+        # One line that says what to change, before any service starts.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     console = Console()
     columns = (
         TextColumn("RL"),
@@ -108,9 +117,21 @@ def main(args: argparse.Namespace) -> int:
                 _fmt(row["margin"]),
             )
         console.print(table)
+        by_template = template_rows(*scores)
+        table = Table(title="greedy pass@1 by template (where RL moved)")
+        for column in ("template", "tasks", "SFT", "RL", "RL - SFT (paired)"):
+            table.add_column(column)
+        for row in by_template:
+            table.add_row(
+                row["metric"], str(row["tasks"]), _fmt(row["sft"]), _fmt(row["rl"]),
+                _fmt(row["margin"]),
+            )  # fmt: skip
+        console.print(table)
         summary["comparison"] = rows
+        summary["by_template"] = by_template
         summary["reward_mean"] = {s.name: s.reward_mean for s in scores}
-        comparison_png = plot_comparison(run_dir, rows)
+        # Rates only: the token count is on another scale.
+        comparison_png = plot_comparison(run_dir, [r for r in rows if "tokens" not in r["metric"]])
         console.print(f"plots: {training_png} {comparison_png}")
     else:
         console.print(f"plot: {training_png}")

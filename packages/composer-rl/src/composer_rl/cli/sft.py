@@ -7,7 +7,13 @@ import json
 
 from rich.console import Console
 
-from composer_rl.cli._stage_args import add_common, add_phase, refuse_plugins, stage1_config
+from composer_rl.cli._stage_args import (
+    add_common,
+    add_demonstrations,
+    add_phase,
+    refuse_plugins,
+    stage1_config,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_common(parser)
     parser.add_argument("--max-tasks", dest="sft_max_tasks", type=int, help="demonstrations")
     add_phase(parser, "sft", "SFT phase")
+    add_demonstrations(parser)
     parser.set_defaults(handler=main)
 
 

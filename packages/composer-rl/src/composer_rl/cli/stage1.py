@@ -9,7 +9,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from composer_rl.cli._stage_args import add_common, add_phase, refuse_plugins, stage1_config
+from composer_rl.cli._stage_args import (
+    add_common,
+    add_demonstrations,
+    add_phase,
+    refuse_plugins,
+    stage1_config,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
     for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
         add_phase(parser, phase, f"{label} phase")
+    add_demonstrations(parser)
     parser.set_defaults(handler=main)
 
 

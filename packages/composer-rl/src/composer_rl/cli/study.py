@@ -40,15 +40,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--checkpoint",
+        "--model",
+        dest="checkpoint",
         type=Path,
-        help="nvfp4-invariance, router-replay, async, length-penalty, self-summary: a model directory (with its "
-        "tokenizer.json; the stage-one SFT checkpoint for async, length-penalty and self-summary) instead of the randomly "
+        help="nvfp4-invariance, router-replay, async, length-penalty, self-summary, behaviour-reward: a model directory (with its "
+        "tokenizer.json; the stage-one SFT checkpoint for async, length-penalty, self-summary and behaviour-reward) instead of the randomly "
         "initialised tiny preset",
     )
     parser.add_argument(
         "--work-dir",
         type=Path,
-        help="length-penalty, cpt-vs-rl: keep the runs of its variants here, and reuse the "
+        help="length-penalty, cpt-vs-rl, behaviour-reward: keep the runs of its variants here, and reuse the "
         "finished ones on a rerun (default: a temporary directory, deleted at the end)",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads")

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_model import ComposerTokenizer
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig, episode_view
 from composer_rl.eval import EvalConfig, pass_at_k, run_eval
+from composer_rl.eval.behaviour import BEHAVIOURS, per_task_behaviours, tokens_per_solved
 from composer_rl.eval.stats import mean_se
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
@@ -35,6 +37,9 @@ class PolicyScores:
     components: dict[str, float] = field(default_factory=dict)
     tokens_per_episode: float = math.nan
     by_difficulty: dict[int, tuple[float, float, int]] = field(default_factory=dict)
+    behaviours: dict[str, dict[str, float]] = field(default_factory=dict)
+    """{behaviour: {task id: rate}} over every scored episode (`composer_rl.eval.behaviour`)."""
+    tokens_per_solved_d1: dict[str, float] = field(default_factory=dict)
 
     def pass1(self) -> tuple[float, float]:
         return mean_se(list(self.per_task_pass1.values()))
@@ -88,6 +93,7 @@ def score_policy(
         samples=1, runner=greedy, max_batch_size=batch, tasks_per_step=max(1, len(tasks))
     )
     summary, results = run_eval(checkpoint, tasks, config, threads)
+    episodes = list(results)
     scores = PolicyScores(
         name=name,
         checkpoint=str(checkpoint),
@@ -114,7 +120,20 @@ def score_policy(
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)
         scores.per_task_sampled_pass1 = _per_task(sampled_results, 1)
         scores.k = samples_for_k
+        episodes += sampled_results
+    tokenizer = ComposerTokenizer.from_file(checkpoint / "tokenizer.json")
+    scores.behaviours = per_task_behaviours(
+        (r.task.id, episode_view(r, tokenizer), r.solved) for r in episodes
+    )
+    scores.tokens_per_solved_d1 = tokens_per_solved(
+        (r.task.id, r.task.difficulty, r.generated_tokens, r.solved) for r in episodes
+    )
     return scores
+
+
+def template_of(task_id: str) -> str:
+    """The template of a built-in task id (`<template>-<digest>`)."""
+    return task_id.rsplit("-", 1)[0]
 
 
 def paired_margin(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
@@ -171,6 +190,38 @@ def seed_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> dict[str, 
     return out
 
 
+TOKENS_ROW = "tokens per solved difficulty-1 task"
+
+
+def behaviour_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> list[dict[str, Any]]:
+    """What RL changed in how the policy works, over seeds: for each behaviour (and tokens
+    per solved difficulty-1 task) SFT's rate, each seed's rate and paired margin, and the
+    mean margin with its standard error over tasks (a task's margin averaged over seeds)."""
+    rows: list[dict[str, Any]] = []
+
+    def values(policy: PolicyScores, name: str) -> dict[str, float]:
+        if name == TOKENS_ROW:
+            return policy.tokens_per_solved_d1
+        return policy.behaviours.get(name, {})
+
+    for name in (*BEHAVIOURS, TOKENS_ROW):
+        base = values(sft, name)
+        finals = {seed: values(final, name) for seed, final in runs.items()}
+        if not base or not all(finals.values()):
+            continue
+        seeds = {
+            seed: {"rate": mean_se(f.values())[0], "margin": paired_margin(base, f)[:2]}
+            for seed, f in finals.items()
+        }
+        common = sorted(set(base).intersection(*finals.values()))
+        margin = mean_se(statistics.fmean(f[t] for f in finals.values()) - base[t] for t in common)
+        rows.append(
+            {"metric": name, "sft": mean_se(base.values()), "seeds": seeds, "margin": margin,
+             "tasks": len(common)}
+        )  # fmt: skip
+    return rows
+
+
 def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any]]:
     """The table `composer-rl rl` prints: each metric for both policies and the margin."""
     rows = []
@@ -198,6 +249,17 @@ def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, A
                 "tasks": mk[2],
             }
         )
+    for name in BEHAVIOURS:
+        if name in base.behaviours and name in final.behaviours:
+            rows.append(_paired_row(name, base.behaviours[name], final.behaviours[name]))
+    if base.tokens_per_solved_d1 and final.tokens_per_solved_d1:
+        rows.append(
+            _paired_row(
+                TOKENS_ROW,
+                base.tokens_per_solved_d1,
+                final.tokens_per_solved_d1,
+            )
+        )
     for difficulty, (mean, se, n) in sorted(final.by_difficulty.items()):
         bm, bse, _ = base.by_difficulty.get(difficulty, (math.nan, math.nan, 0))
         rows.append(
@@ -212,11 +274,43 @@ def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, A
     return rows
 
 
+def _paired_row(metric: str, base: dict[str, float], final: dict[str, float]) -> dict[str, Any]:
+    """One comparison row: each policy's mean over its tasks, and the margin paired over the
+    tasks both have (behaviours apply to different tasks for different policies: `recovered`
+    only where a test run failed)."""
+    margin = paired_margin(base, final)
+    return {
+        "metric": metric,
+        "sft": mean_se(base.values()),
+        "rl": mean_se(final.values()),
+        "margin": margin[:2],
+        "tasks": margin[2],
+    }
+
+
+def template_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any]]:
+    """Greedy pass@1 per template, each policy's and the paired margin: where RL moved."""
+    by_template: dict[str, list[str]] = {}
+    for task_id in sorted(set(base.per_task_pass1) & set(final.per_task_pass1)):
+        by_template.setdefault(template_of(task_id), []).append(task_id)
+    return [
+        _paired_row(
+            template,
+            {t: base.per_task_pass1[t] for t in ids},
+            {t: final.per_task_pass1[t] for t in ids},
+        )
+        for template, ids in sorted(by_template.items())
+    ]
+
+
 __all__ = [
     "PolicyScores",
+    "behaviour_margins",
     "comparison_rows",
     "heldout_tasks",
     "paired_margin",
     "score_policy",
     "seed_margins",
+    "template_of",
+    "template_rows",
 ]

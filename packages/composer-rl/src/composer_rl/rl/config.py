@@ -28,11 +28,15 @@ class _Section(BaseModel):
 
 
 class RolloutSection(_Section):
-    max_turns: int = Field(default=6, ge=1)
+    max_turns: int = Field(
+        default=10,
+        ge=1,
+        description="a recovering episode takes 7 calls: look, read, edit, run, fix, run, finish",
+    )
     max_new_tokens: int = Field(default=160, ge=8)
     temperature: float = Field(default=1.0, gt=0)
     max_batch_size: int = Field(default=24, ge=1, description="episodes decoded together")
-    max_seq_len: int = Field(default=1024, ge=64)
+    max_seq_len: int = Field(default=2048, ge=64, description="as stage one's SFT rows")
     grading_workers: int = Field(default=2, ge=1)
     record_routing: bool = Field(default=True, description="needed for router replay")
     compile_decode: bool = Field(
@@ -125,7 +129,7 @@ class EvalSection(_Section):
         description="held-out tasks per template for the final comparison, greedy (0: none)",
     )
     pass_k_samples: int = Field(
-        default=4, ge=0, description="temperature-1 samples a task for pass@k (0 or 1: off)"
+        default=8, ge=0, description="temperature-1 samples a task for pass@k (0 or 1: off)"
     )
     k_per_template: int = Field(
         default=4, ge=1, description="held-out tasks per template sampled for pass@k"
@@ -186,10 +190,22 @@ def _explain(error: ValidationError, origin: str) -> ConfigError:
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"])
         if item["type"] == "extra_forbidden":
-            lines.append(f"{origin}: unknown key {key!r}")
+            lines.append(f"{origin}: unknown key {key!r}{_accepted(item['loc'][:-1])}")
         else:
             lines.append(f"{origin}: {key}: {item['msg']} (got {item.get('input')!r})")
     return ConfigError("; ".join(lines))
+
+
+def _accepted(section: tuple[Any, ...]) -> str:
+    """'; <section> accepts a, b, c': the keys valid where an unknown one was found."""
+    model: type[BaseModel] | None = RLConfig
+    for part in section:
+        info = model.model_fields.get(str(part)) if model is not None else None
+        model = _section_type(info.annotation) if info is not None else None
+    if model is None:
+        return ""
+    where = ".".join(str(p) for p in section) or "the top level"
+    return f"; {where} accepts {', '.join(sorted(model.model_fields))}"
 
 
 def _section_type(annotation: Any) -> type[BaseModel] | None:

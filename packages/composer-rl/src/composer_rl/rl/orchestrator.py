@@ -110,6 +110,11 @@ class OrchestratorConfig(BaseModel):
     upsample_hard_after: float | None = Field(
         default=0.5, ge=0, le=1, description="favour harder kinds after this share of steps"
     )
+    learnability: bool = Field(
+        default=False,
+        description="weight each draw by 4 p (1 - p) of its template's solve rate so far "
+        "(groups that all solve or all fail teach nothing); a task is still drawn once",
+    )
 
 
 @dataclass
@@ -378,6 +383,8 @@ class Orchestrator:
                 self.on_episode(scored, gid)
             if scored.generated_tokens:
                 self.sampler.record_effort(group.task, scored.turns, scored.generated_tokens)
+            if scored.reward is not None:
+                self.sampler.record_outcome(group.task, scored.solved)
             if len(group.episodes) == self.config.group_size:
                 self._finish_group(self.open.pop(gid))
 

@@ -28,12 +28,13 @@ from typing import Any
 
 from composer_infra.checkpoint import GroupStore
 from composer_model import ComposerTokenizer, OptimConfig
+from composer_parallel import ParallelDims
 from composer_rl.agent.episode import RunnerConfig
 from composer_rl.plugins import PluginSession
-from composer_rl.rl.config import RLConfig, to_toml
+from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
-from composer_rl.rl.sampler import TaskSampler, UpsamplingConfig
+from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
 from composer_rl.rl.summarize import SummaryConfig
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
@@ -41,6 +42,7 @@ from composer_rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
+from composer_rl.tasks.templates.base import is_validation
 
 
 class LocalEndpoint:
@@ -123,6 +125,8 @@ def _rank_zero(futures: list[Future[Any]]) -> Future[Any]:
 def training_tasks(config: RLConfig) -> list[Task]:
     sources = [DirectoryTaskSource("user", config.tasks.source)] if config.tasks.source else None
     tasks = collect_tasks(Split.TRAIN, sources=sources)
+    if sources is None:  # the built-in validation tasks stay out: settings are chosen on them
+        tasks = [t for t in tasks if not is_validation(t)]
     if config.tasks.per_template:
         tasks = sample_tasks(tasks, config.tasks.per_template, seed=config.seed)
     if not tasks:
@@ -343,6 +347,37 @@ class PeriodicEvaluation:
         self._collect(block=True)
 
 
+def preflight(config: RLConfig) -> None:
+    """Every check of `config` that needs no service, run before any starts: a ConfigError
+    that names the setting to change (the CLI prints it as one line and exits with 2)."""
+    if config.local and config.train.ranks > 1:
+        raise ConfigError(
+            f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
+            "process a rank, joined in a process group: run on Ray (drop --local true)"
+        )
+    try:
+        ParallelDims(dp=config.train.dp, cp=config.train.cp, ep=config.train.ep)
+    except ValueError as error:
+        raise ConfigError(f"train.ep: {error}") from None
+    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
+        raise ConfigError(
+            f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
+            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
+            "raise loop.groups_per_step or loop.group_size"
+        )
+    model_dir = config.model
+    if not (model_dir / "tokenizer.json").is_file():
+        what = "does not exist" if not model_dir.exists() else "has no tokenizer.json"
+        raise ConfigError(
+            f"--model {model_dir} {what}: give a stage-one checkpoint "
+            "(e.g. runs/stage1/sft/final, written by `composer-rl stage1`)"
+        )
+    try:
+        anchor_source(config)
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError(str(error)) from None
+
+
 def run_rl(
     config: RLConfig,
     *,
@@ -350,24 +385,9 @@ def run_rl(
     step_boundary: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call."""
-    if config.local and config.train.ranks > 1:
-        raise ValueError(
-            f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
-            "process a rank, joined in a process group: run on Ray (drop --local true)"
-        )
-    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
-        raise ValueError(
-            f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
-            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
-            "raise loop.groups_per_step or loop.group_size"
-        )
+    preflight(config)
     model_dir = config.model
     tokenizer_path = model_dir / "tokenizer.json"
-    if not tokenizer_path.is_file():
-        raise FileNotFoundError(
-            f"{model_dir} has no tokenizer.json: give --model a stage-one checkpoint "
-            "(e.g. runs/stage1/sft/final, written by `composer-rl stage1`)"
-        )
     run_dir = config.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(to_toml(config))
@@ -389,6 +409,7 @@ def run_rl(
         upsampling,
         state_path=run_dir / "sampler.json",
         mix=mix,
+        learnability=LearnabilityConfig() if config.loop.learnability else None,
     )
     handles = start_local(config, store_url) if config.local else start_ray(config, store_url)
     log = RunLog(run_dir)

@@ -34,6 +34,18 @@ class UpsamplingConfig:
     planned_draws: int | None = None
 
 
+@dataclass(frozen=True)
+class LearnabilityConfig:
+    prior: float = 1.0  # pseudo-episodes solved and failed that every template starts with
+    floor: float = 0.1  # the least weight a template gets (never starved: p can change)
+
+
+def learnability_key(task: Task) -> str:
+    """What solve rates are pooled over: the template (a category and difficulty otherwise)."""
+    template = task.metadata.get("template")
+    return str(template) if template else task_kind(task)
+
+
 def task_kind(task: Task) -> str:
     return f"{task.category.value}/d{task.difficulty}"
 
@@ -48,6 +60,7 @@ class TaskSampler:
         upsampling: UpsamplingConfig | None = None,
         state_path: Path | None = None,
         mix: TaskMix | None = None,
+        learnability: LearnabilityConfig | None = None,
     ) -> None:
         ids = [t.id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -70,6 +83,8 @@ class TaskSampler:
         self.drawn: list[str] = []
         self._drawn_set: set[str] = set()
         self._effort: dict[str, list[float]] = defaultdict(list)
+        self.learnability = learnability
+        self.outcomes: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # key: [solved, seen]
         if state_path is not None and state_path.exists():
             self._load(state_path)
 
@@ -99,7 +114,29 @@ class TaskSampler:
         """What an attempt at `task` took (more turns and tokens: harder)."""
         self._effort[task_kind(task)].append(turns + tokens / 100.0)
 
+    def record_outcome(self, task: Task, solved: bool) -> None:
+        """A finished episode of `task`: whether it solved the task (learnability's input)."""
+        counts = self.outcomes[learnability_key(task)]
+        counts[0] += int(solved)
+        counts[1] += 1
+
+    def learnability_weight(self, task: Task) -> float:
+        """4 p (1 - p) of the template's smoothed solve rate, at least the floor (1 at p = 1/2)."""
+        config = self.learnability
+        if config is None:
+            return 1.0
+        solved, seen = self.outcomes.get(learnability_key(task), (0, 0))
+        p = (solved + config.prior) / (seen + 2 * config.prior)
+        return max(config.floor, 4.0 * p * (1.0 - p))
+
     def _weights(self, candidates: list[str]) -> list[float] | None:
+        hard = self._hard_weights(candidates)
+        if self.learnability is None:
+            return hard
+        learn = [self.learnability_weight(self.tasks[c]) for c in candidates]
+        return learn if hard is None else [a * b for a, b in zip(hard, learn, strict=True)]
+
+    def _hard_weights(self, candidates: list[str]) -> list[float] | None:
         up = self.upsampling
         if up is None or not self._effort:
             return None
@@ -131,7 +168,12 @@ class TaskSampler:
     def _save(self) -> None:
         if self.state_path is None:
             return
-        state = {"seed": self.seed, "num_tasks": len(self.order), "drawn": self.drawn}
+        state = {
+            "seed": self.seed,
+            "num_tasks": len(self.order),
+            "drawn": self.drawn,
+            "outcomes": dict(self.outcomes),
+        }
         atomic_write_bytes(self.state_path, json.dumps(state).encode())
 
     def _load(self, path: Path) -> None:
@@ -147,6 +189,14 @@ class TaskSampler:
             raise ValueError(f"{path} names tasks this run does not have: {unknown[:5]}")
         self.drawn = list(state["drawn"])
         self._drawn_set = set(self.drawn)
+        for key, (solved, seen) in state.get("outcomes", {}).items():
+            self.outcomes[key] = [int(solved), int(seen)]
 
 
-__all__ = ["TaskSampler", "UpsamplingConfig", "task_kind"]
+__all__ = [
+    "LearnabilityConfig",
+    "TaskSampler",
+    "UpsamplingConfig",
+    "learnability_key",
+    "task_kind",
+]

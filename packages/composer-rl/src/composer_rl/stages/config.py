@@ -7,7 +7,9 @@ same policy on a fast box and a loaded one. A wall-clock budget is an explicit o
 the command line (`composer-rl pretrain --help`).
 
 The optimizer settings are `composer_model.OptimConfig` (re-exported here), the one
-optimizer configuration the stages and the training service share.
+optimizer configuration the stages and the training service share. The SFT
+demonstrations' mix of behaviours is `composer_rl.agent.behaviours.DemonstrationMix`
+(`demonstrations`, also re-exported).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from composer_model import OptimConfig
+from composer_rl.agent.behaviours import DemonstrationMix
 
 if TYPE_CHECKING:
     from composer_model import ComposerModel
@@ -144,33 +147,52 @@ class Stage1Config(BaseModel):
         default_factory=lambda: PhaseConfig(
             name="long_context",
             steps=20,
-            seq_len=1024,
-            rows_per_step=2,
+            seq_len=2048,
+            rows_per_step=1,
             eval_every=10,
             eval_rows=4,
             checkpoint_every=10,
             optim=OptimConfig(lr=3e-4, warmup_steps=2),
         )
     )
-    long_context_factor: float = Field(default=4.0, gt=1)
+    long_context_factor: float = Field(default=8.0, gt=1)
     sft: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="sft",
             steps=1400,
-            seq_len=1024,
-            rows_per_step=2,
+            # A recovering demonstration (two test runs, their output) is a median 720
+            # tokens and at most about 2,100 of the tiny tokenizer's; 1,024 cut a third of the
+            # multi-file ones (2026-12-03, one task a template and behaviour).
+            seq_len=2048,
+            rows_per_step=1,
             eval_every=100,
             checkpoint_every=100,
             eval_rows=4,
             optim=OptimConfig(lr=2.5e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
         )
     )
-    sft_max_tasks: int = Field(default=6000, gt=0)
+    sft_max_tasks: int = Field(
+        default=3000,
+        gt=0,
+        description="training tasks demonstrated (about 130 a template); a demonstration "
+        "that runs the tests takes about 0.3-1 s in its sandbox",
+    )
     sft_summary_every: int = Field(
         default=4,
         ge=0,
         description="one training task in N also gets a self-summarized demonstration "
         "(read, summarize, continue from the condensed context); 0: none",
+    )
+    demonstrations: DemonstrationMix = Field(
+        default_factory=DemonstrationMix,
+        description="the behaviours of the SFT demonstrations and their shares "
+        "(composer_rl.agent.behaviours; --demo-<behaviour> SHARE, --demo-seed)",
+    )
+    sft_demonstration_workers: int = Field(
+        default=2,
+        ge=1,
+        description="threads that play SFT demonstrations at once (their time is spent in "
+        "sandbox test runs; the demonstrations do not depend on it)",
     )
     threads: int | None = Field(default=None, gt=0)
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
@@ -187,6 +209,7 @@ class Stage1Config(BaseModel):
 
 __all__ = [
     "CorpusConfig",
+    "DemonstrationMix",
     "OptimConfig",
     "ParallelConfig",
     "PhaseConfig",

@@ -1,15 +1,20 @@
 """Supervised fine-tuning on agent demonstrations.
 
-The demonstrations are the oracle trajectories of the task suite's training split, played
-in real sandboxes so that the tool results are what the policy will see, written in the
-agent's tool-call format. Loss is on the model's own tokens (tool calls and the end of
-turn), not on the prompt or tool output; the MTP module keeps training by
-self-distillation. Held-out CE is measured on demonstrations of held-out tasks.
+The demonstrations are a seeded mix of behaviours on the task suite's training split
+(careful, recovering, careless and the habits the reward plugins exist for: configured by
+`Stage1Config.demonstrations`, played by `composer_rl.agent.demonstrations`), each played
+in a real sandbox so that the tool results are what the policy will see, written in the
+agent's tool-call format; the summary counts the demonstrations of each behaviour. Loss
+is on the model's own tokens (tool calls and the end of turn), not on the prompt or tool
+output; the MTP module keeps training by self-distillation. Held-out CE is measured on
+demonstrations of held-out tasks.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +22,15 @@ import torch
 from rich.progress import track
 
 from composer_model import ComposerTokenizer, load_pretrained
-from composer_rl.agent.oracle import play_oracle, summary_demonstration
+from composer_rl.agent.behaviours import DemonstrationMix
+from composer_rl.agent.demonstrations import play_demonstration
+from composer_rl.agent.oracle import summary_demonstration
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
+from composer_rl.tasks.templates.base import is_validation
 
 
 def demonstrations(
@@ -30,44 +38,84 @@ def demonstrations(
     tokenizer: ComposerTokenizer,
     show_progress: bool = True,
     summary_every: int = 0,
-) -> tuple[list[list[int]], list[list[bool]]]:
-    """Each task's oracle episode; every `summary_every`-th task also as a self-summarized
-    chain (its two segments are separate examples), or the tiny model never learns to
-    summarize when the RL loop asks it to."""
+    mix: DemonstrationMix | None = None,
+    workers: int = 1,
+) -> tuple[list[list[int]], list[list[bool]], dict[str, int]]:
+    """Each task's demonstration, of the behaviour `mix` deals it (`play_demonstration`),
+    and every `summary_every`-th task also as a self-summarized chain (its two segments are
+    separate examples), or the tiny model never learns to summarize when the RL loop asks
+    it to. Also returns how many demonstrations each behaviour got (after fallbacks), with
+    `fallback:<planned>` counting those that fell back, `careless:wrong` the careless
+    ones whose edit is wrong and `last_run:failed` those whose last test run failed.
+
+    `workers` threads play demonstrations at once: their time goes to sandbox processes
+    (test runs), and each demonstration depends only on its task and the mix, so the
+    result is the same for any number of workers."""
+    mix = mix or DemonstrationMix()
     ids: list[list[int]] = []
     masks: list[list[bool]] = []
-    for index, task in enumerate(
-        track(tasks, description="demonstrations", disable=not show_progress)
-    ):
-        transcripts = [play_oracle(task, grade=False).transcript]
-        if summary_every and index % summary_every == 0:
-            transcripts += summary_demonstration(task)
-        for transcript in transcripts:
-            tokens, mask = transcript.encode(tokenizer)
-            ids.append(tokens)
-            masks.append(mask)
-    return ids, masks
+    counts: Counter[str] = Counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        played = pool.map(lambda task: play_demonstration(task, mix), tasks)
+        for index, (task, demo) in enumerate(
+            track(
+                zip(tasks, played, strict=True),
+                total=len(tasks),
+                description="demonstrations",
+                disable=not show_progress,
+            )
+        ):
+            counts[demo.kind] += 1
+            if "fallback" in demo.details:
+                counts[f"fallback:{demo.details['planned']}"] += 1
+            if demo.kind == "careless" and "wrong" in demo.details:
+                counts["careless:wrong"] += 1
+            if demo.details["test_runs"] and not demo.details["tests_passed_last"]:
+                counts["last_run:failed"] += 1  # a template whose visible tests the oracle fails
+            transcripts = [demo.transcript]
+            if summary_every and index % summary_every == 0:
+                transcripts += summary_demonstration(task)
+            for transcript in transcripts:
+                tokens, mask = transcript.encode(tokenizer)
+                ids.append(tokens)
+                masks.append(mask)
+    return ids, masks, dict(sorted(counts.items()))
 
 
 def sft_data(
     root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: bool = True
 ) -> dict[str, Any]:
-    """Tokenized demonstrations of both splits, made once per run directory."""
+    """Tokenized demonstrations of both splits, made once per run directory (and again if
+    the demonstration mix in the config changed). Held-out demonstrations follow the same
+    mix, so held-out CE measures the distribution SFT trains on."""
     cache = root / "sft_tokens.pt"
+    mix = config.demonstrations
     if cache.is_file():
-        return dict(torch.load(cache, weights_only=False))
-    train_tasks = collect_tasks(Split.TRAIN)
+        cached = dict(torch.load(cache, weights_only=False))
+        if cached.get("demonstration_mix") == mix.model_dump():
+            return cached
+    # Validation tasks stay out of the demonstrations: settings are chosen on them.
+    train_tasks = [t for t in collect_tasks(Split.TRAIN) if not is_validation(t)]
     per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
     train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
     heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
-    train_ids, train_masks = demonstrations(
-        train_tasks, tokenizer, show_progress, summary_every=config.sft_summary_every
+    train_ids, train_masks, train_kinds = demonstrations(
+        train_tasks,
+        tokenizer,
+        show_progress,
+        summary_every=config.sft_summary_every,
+        mix=mix,
+        workers=config.sft_demonstration_workers,
     )
-    heldout_ids, heldout_masks = demonstrations(heldout_tasks, tokenizer, show_progress)
+    heldout_ids, heldout_masks, _ = demonstrations(
+        heldout_tasks, tokenizer, show_progress, mix=mix, workers=config.sft_demonstration_workers
+    )
     data = {
         "train": (train_ids, train_masks),
         "heldout": (heldout_ids, heldout_masks),
         "train_tasks": len(train_tasks),
+        "demonstration_kinds": train_kinds,
+        "demonstration_mix": mix.model_dump(),
     }
     save_torch(data, cache)
     return data
@@ -100,7 +148,10 @@ def run_sft(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
         "stopped_by_time_limit": result.stopped_early,
         "seconds": time.monotonic() - began,
         "demonstrations": data["train_tasks"],
+        "demonstration_kinds": data["demonstration_kinds"],
+        "demonstration_shares": {b.value: s for b, s in config.demonstrations.shares().items()},
         "longest_demonstration_tokens": max(len(x) for x in train_ids),
+        "demonstrations_truncated": sum(len(x) > phase.seq_len for x in train_ids),
         **result.final_eval,
     }
     export_final(model, tokenizer, phase_dir, summary)

@@ -45,6 +45,11 @@ MODES: tuple[ScaleMode, ...] = ("per_token", "per_tensor")
 # The model verdict's thresholds, relative to the high-precision control's own change:
 ROUNDOFF_FACTOR = 10.0  # per-token may be this much above the control and still be round-off
 SIGNAL_FACTOR = 1000.0  # per-tensor must exceed the control by this much to count as an effect
+FLOAT32_FLOOR = 1e-6
+"""Nats: about one float32 ulp of a logprob of a few nats, the least the control's round-off
+counts for. On some CPUs the high-precision control is bit-identical alone and packed (its
+round-off is 0), while the per-token path's dequantized GEMMs over a different number of rows
+still round differently (1.5e-7 nats seen): round-off, not the quantizer seeing the batch."""
 EXPERT_PATHS = ("high precision", "NVFP4 per-token", "NVFP4 per-tensor")
 
 LOG_FLOOR = 1e-10  # where the figure's log axis draws a change of exactly 0
@@ -334,10 +339,17 @@ def run(options: StudyOptions) -> StudyOutcome:
         r["context"]: set(r.pop("changed_at")) for r in logprobs if r["path"] == EXPERT_PATHS[0]
     }
     only_where_control = True
+    # A change where the control has none is still round-off when it is within the float32
+    # floor: an FP4 code that moved would cost orders of magnitude more.
+    beyond_control_is_roundoff = True
     for r in logprobs:
         changed = set(r.pop("changed_at", []))
         if r["path"] == "NVFP4 per-token":
-            only_where_control &= changed <= control_at[r["context"]]
+            inside = changed <= control_at[r["context"]]
+            only_where_control &= inside
+            beyond_control_is_roundoff &= inside or (
+                r["max_logprob_change"] <= ROUNDOFF_FACTOR * FLOAT32_FLOOR
+            )
     token_bits = sum(b["bits_differing"] for b in bits if b["mode"] == "per_token")
     tensor_bits = sum(b["bits_differing"] for b in bits if b["mode"] == "per_tensor")
     tensor_contexts = sum(1 for b in bits if b["mode"] == "per_tensor" and b["bits_differing"])
@@ -348,11 +360,11 @@ def run(options: StudyOptions) -> StudyOutcome:
     # number of rows round differently, ~1e-7 nats), so "independent of the batch" for the
     # model means: the per-token path stays at the control's round-off (no FP4 code moved,
     # which would cost orders of magnitude more), and the per-tensor path leaves it.
-    noise = max(high, 1e-12)
+    noise = max(high, FLOAT32_FLOOR)
     model_holds = (
         per_token <= ROUNDOFF_FACTOR * noise
         and per_tensor > SIGNAL_FACTOR * noise
-        and only_where_control
+        and beyond_control_is_roundoff
     )
     held = bits_hold and model_holds
     strength = (
@@ -405,6 +417,7 @@ def run(options: StudyOptions) -> StudyOutcome:
             "max_logprob_change": {"high": high, "per_token": per_token, "per_tensor": per_tensor},
             "bits_hold": bits_hold,
             "per_token_changes_only_where_control_does": only_where_control,
+            "per_token_changes_beyond_control_are_roundoff": beyond_control_is_roundoff,
             "thresholds": {"roundoff_factor": ROUNDOFF_FACTOR, "signal_factor": SIGNAL_FACTOR},
             "model_holds": model_holds,
         },

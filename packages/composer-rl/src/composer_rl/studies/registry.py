@@ -1,4 +1,4 @@
-"""The seven studies of the report's claims, in the order `composer-rl study --list` shows.
+"""The studies of the report's claims, in the order `composer-rl study --list` shows.
 
 A study whose code is not written yet stays listed with its claim, so the list is the plan;
 running it says so and exits non-zero instead of printing a result nobody measured.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from composer_rl.studies import (
     async_rl,
+    behaviour_reward,
     cpt_vs_rl,
     kl_estimators,
     length_penalty,
@@ -68,6 +69,13 @@ STUDIES: dict[str, Study] = {
             "trains as well as synchronous RL per sample, at higher throughput.",
             "Composer 2 report, RL algorithm and infrastructure",
             async_rl.run,
+        ),
+        Study(
+            "behaviour-reward",
+            "A behaviour a monitor flags falls on new episodes once a reward against it is "
+            "added to the running job (composer-rl plugins add), beyond its noise.",
+            "Composer 2 report, rewards and behaviour",
+            behaviour_reward.run,
         ),
     )
 }

@@ -1,0 +1,523 @@
+"""behaviour-reward: watch a behaviour, then add a reward for it to the running job.
+
+The report's practice: behaviour monitors flag what a policy does on every episode, and
+when a habit shows up at a rate worth acting on, a reward against it is added to the job
+while it runs; the run goes on from where it was, and the flagged rate on new episodes
+should fall. This study does that on one real RL run (the real loop, services in one
+process), the way a user would:
+
+- **The behaviour** is `todo_left`: the diff adds a TODO, FIXME or XXX marker. Stage one's
+  demonstration mix holds exactly this habit (`composer_rl.agent.behaviours`, `todo_left`:
+  a careful demonstration whose fix adds a TODO comment), so a stage-one policy shows it at
+  a rate RL can move. composer-rewards has no monitor for it, so :class:`TodoLeftMonitor`
+  below is one; it finds the markers with the `unfinished` reward's own parser
+  (`composer_rewards.rewards.unfinished.placeholders`), so it flags exactly the lines the
+  reward will charge for. It is in the run config's `plugins.plugins` from the first step.
+- **The matching reward** is the built-in `unfinished` (its `unfinished_code` component
+  charges each placeholder the diff adds). The run starts with it blocked
+  (`plugins.block = ["unfinished"]`), so the first steps train without it.
+- **The add.** After step `add_at - 1` the study runs `composer-rl plugins add --run
+  RUN_DIR --name unfinished composer_rewards.rewards.unfinished:UnfinishedWorkPenalty`
+  (the CLI's own `main`: it checks the spec in the job's interpreter and writes the request
+  file, as from a shell). The job applies it at its next step boundary, step `add_at`, and
+  records the event in that step's metrics line and in `plugins/processed/`. The command is
+  issued from the loop's step-boundary callback rather than from another shell only so that
+  it lands on the configured step; from a shell it lands on whichever boundary comes next.
+  The run then goes on to its last step.
+
+**Windows, by the policy version that sampled each episode** (the `versions` of its tokens
+in `episodes/episodes.jsonl`). Version v is the policy after v steps; the add comes right
+after version `add_at` is trained, so versions 0..add_at never saw the reward. An episode
+all of whose tokens were sampled by those versions is *before*; one whose oldest token was
+sampled by version add_at + 1 or later is *after*. Episodes with tokens on both sides (the
+engines take new weights mid-episode) are left out and counted. Which episodes carry the
+`unfinished_code` component is a different matter: every episode scored after the add does
+(`scored_after_step >= add_at`), including some sampled before it.
+
+**Standard errors are over groups.** A group is the G episodes of one task, sampled
+together; they share the task, so they are not independent draws and the group is the
+unit. A window's rate is flagged episodes / episodes, and its standard error the
+cluster-robust one of that ratio over the window's groups,
+sqrt(k / (k - 1) * sum_g (f_g - rate * n_g)^2) / N for k groups of n_g episodes with f_g
+flagged, N = sum n_g. The windows hold different groups (training is single-epoch), so the
+difference's standard error is sqrt(se_before^2 + se_after^2).
+
+**The control.** The full study also trains a second run from the same checkpoint, seed and
+settings without the add. Without it a fall after the add could be RL's own drift (the
+policy may leave the habit as it learns anything else); the control's rate over the same
+after-window versions says how much the rate falls anyway.
+
+**The verdict rule** (z = fall / its standard error):
+
+- *undecided*: fewer than `MIN_GROUPS` groups in a window, fewer than `MIN_FLAGGED`
+  flagged episodes before the add (too rare to show a fall), or a zero standard error;
+- *held*: the rate after is below the rate before by more than 3 standard errors of the
+  difference, and, where the control ran, below the control's rate over the same versions
+  by more than 3 standard errors as well;
+- *held in part*: not held, but both of those falls are beyond 2 standard errors;
+- *did not hold*: otherwise (a fall within 2 standard errors, a rise, or a control that
+  fell as much).
+
+`result.json`'s `held` is true only for *held*; its `verdict` is one of the four labels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from composer_rewards import Episode, MonitorReport, hookimpl
+from composer_rewards.rewards.unfinished import placeholders
+from composer_rl.eval.stats import format_se
+from composer_rl.plugins.requests import recent
+from composer_rl.rl.config import load_config
+from composer_rl.rl.episodes import read_episodes
+from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.run import run_rl
+from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.rl_runs import WEIGHTS_RECORD, finished_history, weights_digest
+
+BEHAVIOUR = "todo_left"
+MONITOR_SPEC = "composer_rl.studies.behaviour_reward:TodoLeftMonitor"
+FLAG = f"{MONITOR_SPEC}/{BEHAVIOUR}"
+"""The flag's key in an episode line: a monitor listed in `plugins.plugins` is registered
+under its spec, and flags are keyed `<plugin>/<flag>`."""
+REWARD_NAME = "unfinished"
+REWARD_SPEC = "composer_rewards.rewards.unfinished:UnfinishedWorkPenalty"
+COMPONENT = "unfinished_code"
+MARKERS = frozenset({"TODO", "FIXME", "XXX"})
+
+MIN_GROUPS = 5
+MIN_FLAGGED = 5
+RUNS = ("with-reward", "control")
+
+
+class TodoLeftMonitor:
+    """Flags `todo_left` when the diff adds a TODO, FIXME or XXX marker.
+
+    A monitor, not a reward: it changes no episode's reward, so the rate it measures before
+    the add is the policy's own. It reads the markers with the `unfinished` reward's parser,
+    so the flag and the reward's `unfinished_code` charge agree on every marker line.
+    """
+
+    @hookimpl
+    def composer_monitor(self, episode: Episode) -> MonitorReport:
+        found = [p for p in placeholders(episode) if p.rsplit(": ", 1)[-1] in MARKERS]
+        return MonitorReport(
+            metrics={"todo_markers": len(found)},
+            flags={BEHAVIOUR: "; ".join(found)} if found else {},
+        )
+
+
+@dataclass(frozen=True)
+class Sizes:
+    steps: int
+    group_size: int
+    groups_per_step: int
+    add_at: int  # the step boundary the reward is added at
+    lr: float | None  # None: the RL config's default
+    control: bool  # train the run without the add too
+
+
+QUICK = Sizes(steps=8, group_size=2, groups_per_step=2, add_at=4, lr=None, control=True)
+# lr 3e-4 as in the learning runs of the composer-rl README (at 1e-4 the policy moves too
+# little in a few dozen steps for any reward to change behaviour); ten steps before the add
+# measure the starting rate over about 600 episodes, twenty after give the reward time.
+FULL = Sizes(steps=30, group_size=8, groups_per_step=8, add_at=10, lr=3e-4, control=True)
+
+
+# --- the runs ------------------------------------------------------------------------------
+
+
+def run_settings(
+    model: Path, run_dir: Path, sizes: Sizes, base: dict[str, object], seed: int
+) -> dict[str, object]:
+    """The RL settings of either run: the monitor on, the reward blocked, upsampling and
+    evaluations off (upsampling reads the episodes, so the two runs would draw other tasks)."""
+    settings: dict[str, object] = {
+        **base,
+        "model": str(model),
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "local": True,
+        "loop.steps": sizes.steps,
+        "loop.group_size": sizes.group_size,
+        "loop.groups_per_step": sizes.groups_per_step,
+        "loop.upsample_hard_after": None,
+        "eval.per_template": 0,
+        "eval.every": 0,
+        "plugins.block": [REWARD_NAME],
+        "plugins.plugins": [MONITOR_SPEC],
+    }
+    if sizes.lr is not None:
+        settings["train.lr"] = sizes.lr
+    return settings
+
+
+def add_command(run_dir: Path) -> list[str]:
+    """`composer-rl plugins add` as a user types it for this run (argv after the program)."""
+    return ["plugins", "add", "--run", str(run_dir), "--name", REWARD_NAME, REWARD_SPEC]
+
+
+def adder(run_dir: Path, add_at: int) -> Callable[[int], None]:
+    """The loop's step-boundary callback that runs the add command after step add_at - 1,
+    so the job applies it at the boundary of step add_at."""
+    from composer_rl.cli import main
+
+    def boundary(step: int) -> None:
+        if step == add_at - 1:
+            code = main(add_command(run_dir))
+            if code != 0:
+                raise RuntimeError(f"`composer-rl {' '.join(add_command(run_dir))}` exited {code}")
+
+    return boundary
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def add_step(metrics: list[dict[str, Any]]) -> int | None:
+    """The step whose metrics line records the reward's add (None: it was never added)."""
+    key = f"plugins/add/{REWARD_NAME}"
+    return next((int(r["step"]) for r in metrics if r.get(key) == 1.0), None)
+
+
+def train(
+    model: Path, run_dir: Path, sizes: Sizes, base: dict[str, object], seed: int, add: bool
+) -> bool:
+    """Train one run into `run_dir` (the add at `sizes.add_at` when `add`); returns whether
+    a finished run there under the same config (and, with the add, added at that step) was
+    reused instead."""
+    config = load_config(None, run_settings(model, run_dir, sizes, base, seed))
+    finished = finished_history(run_dir, config)
+    if finished is not None:
+        at = add_step(read_metrics(run_dir))
+        if at == (sizes.add_at if add else None):
+            return True
+    shutil.rmtree(run_dir, ignore_errors=True)
+    digest = weights_digest(model)
+    run_rl(config, step_boundary=adder(run_dir, sizes.add_at) if add else None)
+    if digest is not None:
+        (run_dir / WEIGHTS_RECORD).write_text(digest + "\n")
+    return False
+
+
+# --- the measurement -----------------------------------------------------------------------
+
+
+def flagged(episode: dict[str, Any]) -> bool:
+    return FLAG in episode["flags"]
+
+
+def window_of(episode: dict[str, Any], add_at: int) -> str | None:
+    """'before', 'after', or 'straddling' by the versions that sampled the episode's tokens
+    (None: it sampled none)."""
+    versions = episode["versions"]
+    if not versions:
+        return None
+    if max(versions) <= add_at:
+        return "before"
+    if min(versions) > add_at:
+        return "after"
+    return "straddling"
+
+
+def rate(episodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The flagged rate and the solve rate of `episodes`, each with its cluster-robust
+    standard error over groups (NaN below two groups)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in episodes:
+        groups[e["group"]].append(e)
+    n = sum(len(g) for g in groups.values())
+
+    def ratio(value: Callable[[dict[str, Any]], bool]) -> tuple[float, float]:
+        if n == 0:
+            return math.nan, math.nan
+        totals = [(sum(value(e) for e in g), len(g)) for g in groups.values()]
+        mean = sum(f for f, _ in totals) / n
+        k = len(totals)
+        if k < 2:
+            return mean, math.nan
+        spread = sum((f - mean * m) ** 2 for f, m in totals)
+        return mean, math.sqrt(k / (k - 1) * spread) / n
+
+    return {
+        "groups": len(groups),
+        "episodes": n,
+        "flagged": sum(flagged(e) for g in groups.values() for e in g),
+        "rate": ratio(flagged),
+        "solved": ratio(lambda e: bool(e["solved"])),
+    }
+
+
+def by_version(episodes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The flagged rate of the episodes started by each policy version (oldest token)."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in episodes:
+        if e["versions"]:
+            out[min(e["versions"])].append(e)
+    return {v: rate(eps) for v, eps in sorted(out.items())}
+
+
+def measure(run_dir: Path, add_at: int) -> dict[str, Any]:
+    """One run's windows, per-version rates and the evidence of the add, from its files."""
+    episodes = read_episodes(run_dir)
+    metrics = read_metrics(run_dir)
+    windows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in episodes:
+        window = window_of(e, add_at)
+        if window is not None:
+            windows[window].append(e)
+    with_component = [e for e in episodes if COMPONENT in e["components"]]
+    events = [
+        p.event.model_dump()
+        for p in recent(run_dir, count=100)
+        if p.event.action == "add" and p.event.name == REWARD_NAME
+    ]
+    return {
+        "steps_trained": len(metrics),
+        "add_step": add_step(metrics),
+        "add_events": events,
+        "before": rate(windows["before"]),
+        "after": rate(windows["after"]),
+        "straddling_episodes": len(windows["straddling"]),
+        "episodes": len(episodes),
+        "episodes_with_component": len(with_component),
+        "first_scored_with_component": min(
+            (int(e["scored_after_step"]) for e in with_component), default=None
+        ),
+        "by_version": by_version(episodes),
+    }
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GradedVerdict(Verdict):
+    """A verdict that can also be "held in part" (`held` stays False for it: the claim as
+    stated, a fall beyond 3 standard errors, was not shown)."""
+
+    in_part: bool = False
+
+    @property
+    def label(self) -> str:
+        return "held in part" if self.in_part else super().label
+
+
+def fall(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, float]:
+    """(before - after, its standard error) of two independent windows' rates."""
+    return before[0] - after[0], math.hypot(before[1], after[1])
+
+
+def judge(
+    with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: int
+) -> GradedVerdict:
+    """The verdict by the rule in the module docstring."""
+    before, after = with_reward["before"], with_reward["after"]
+    windows = [before, after] + ([control["after"]] if control else [])
+    if with_reward["add_step"] != add_at:
+        return GradedVerdict(
+            None, "no add", f"The reward was not added at step {add_at} (the run has no event)."
+        )
+    if min(w["groups"] for w in windows) < MIN_GROUPS:
+        return GradedVerdict(
+            None,
+            "too few groups",
+            f"Fewer than {MIN_GROUPS} groups in a window: "
+            + ", ".join(f"{w['groups']}" for w in windows)
+            + " groups (before, after"
+            + (", control after)." if control else ")."),
+        )
+    if before["flagged"] < MIN_FLAGGED:
+        return GradedVerdict(
+            None,
+            "behaviour too rare",
+            f"{before['flagged']} of {before['episodes']} episodes before the add were flagged "
+            f"(fewer than {MIN_FLAGGED}): the policy does not show the behaviour at a rate "
+            "whose fall could be measured.",
+        )
+    drop = fall(before["rate"], after["rate"])
+    if not drop[1] > 0:
+        return GradedVerdict(None, "zero standard error", "The difference has no spread.")
+    z = drop[0] / drop[1]
+    text = (
+        f"The flagged rate fell from {_rate(before['rate'])} ({before['episodes']} episodes, "
+        f"{before['groups']} groups, versions <= {add_at}) to {_rate(after['rate'])} "
+        f"({after['episodes']} episodes, {after['groups']} groups, versions > {add_at}): "
+        f"{format_se(*drop, sign=True)}, {z:.1f} standard errors."
+    )
+    strength = f"fall {format_se(*drop, sign=True)} ({z:.1f} s.e.)"
+    zs = [z]
+    if control is not None:
+        against = fall(control["after"]["rate"], after["rate"])
+        z_control = against[0] / against[1] if against[1] > 0 else math.nan
+        text += (
+            f" The control run without the add was at {_rate(control['after']['rate'])} over "
+            f"the same versions: {format_se(*against, sign=True)} against it, "
+            f"{z_control:.1f} standard errors."
+        )
+        strength += f", {z_control:.1f} s.e. below the control"
+        if math.isnan(z_control):
+            return GradedVerdict(None, strength, text + " The control has no spread.")
+        zs.append(z_control)
+    if min(zs) > 3:
+        return GradedVerdict(True, strength, text)
+    if min(zs) > 2:
+        return GradedVerdict(False, strength, text, in_part=True)
+    return GradedVerdict(False, strength, text)
+
+
+def _rate(pair: tuple[float, float]) -> str:
+    return format_se(*pair, digits=3)
+
+
+# --- the figure and the study --------------------------------------------------------------
+
+
+def _figure(runs: dict[str, dict[str, Any]], add_at: int) -> Figure:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for ax, key, label in zip(
+        axes,
+        ("rate", "solved"),
+        (f"share of episodes flagged {BEHAVIOUR}", "solve rate"),
+        strict=True,
+    ):
+        top = 0.05
+        for name, result in runs.items():
+            series = result["by_version"]
+            versions = sorted(series)
+            means = [series[v][key][0] for v in versions]
+            errors = [0.0 if math.isnan(s) else s for s in (series[v][key][1] for v in versions)]
+            ax.errorbar(versions, means, yerr=errors, fmt="o-", capsize=3, markersize=3, label=name)
+            top = max([top, *(m + e for m, e in zip(means, errors, strict=True))])
+        # Between version add_at (the last trained without the reward) and the next one.
+        ax.axvline(add_at + 0.5, color="black", linestyle="--", linewidth=1)
+        ax.text(
+            add_at + 0.5,
+            0.98,
+            f" {REWARD_NAME} added at step {add_at}",
+            transform=ax.get_xaxis_transform(),
+            va="top",
+            fontsize=8,
+        )
+        ax.set_ylim(0, min(1.0, top * 1.15))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set(xlabel="policy version that started the episode (steps trained)", ylabel=label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="lower left")
+    axes[0].set_title(f"{BEHAVIOUR} by version (± s.e. over groups)")
+    axes[1].set_title("solve rate by version (± s.e. over groups)")
+    fig.suptitle(
+        f"behaviour-reward: the {REWARD_NAME} reward added to the running job at step {add_at}"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def run(options: StudyOptions) -> StudyOutcome:
+    sizes = QUICK if options.quick else FULL
+    names = [n for n in RUNS if n == "with-reward" or sizes.control]
+    with tempfile.TemporaryDirectory(prefix="study-behaviour-") as tmp:
+        work = options.work_dir or Path(tmp)
+        base: dict[str, object] = {}
+        model = options.checkpoint
+        if model is None:
+            model = random_checkpoint(work / "random-policy", seed=options.seed)
+            base = dict(QUICK_RL_SETTINGS)
+        reused = [
+            name
+            for name in names
+            if train(model, work / name, sizes, base, options.seed, add=name == "with-reward")
+        ]
+        runs = {name: measure(work / name, sizes.add_at) for name in names}
+    verdict = judge(runs["with-reward"], runs.get("control"), sizes.add_at)
+    rows = []
+    for name, result in runs.items():
+        for window, versions in (("before", f"0-{sizes.add_at}"), ("after", f"> {sizes.add_at}")):
+            w = result[window]
+            rows.append(
+                [
+                    name,
+                    window,
+                    versions,
+                    f"{w['groups']} / {w['episodes']}",
+                    str(w["flagged"]),
+                    _rate(w["rate"]),
+                    _rate(w["solved"]),
+                ]
+            )
+    main = runs["with-reward"]
+    notes = [
+        f"Behaviour `{BEHAVIOUR}` (monitor `{MONITOR_SPEC}`, flag key `{FLAG}`): the diff adds a "
+        f"{'/'.join(sorted(MARKERS))} marker. Reward `{REWARD_NAME}` ({REWARD_SPEC}, component "
+        f"`{COMPONENT}`), blocked at the start and added with `composer-rl "
+        f"{' '.join(add_command(Path('RUN_DIR')))}` after step {sizes.add_at - 1}; the run "
+        f"recorded the add at step {main['add_step']}.",
+        f"Episodes scored after the add carry `{COMPONENT}`: {main['episodes_with_component']} "
+        f"of {main['episodes']}, the first scored after step {main['first_scored_with_component']}. "
+        f"Left out as straddling the add (tokens from both sides): "
+        + ", ".join(f"{n} {r['straddling_episodes']}" for n, r in runs.items())
+        + ".",
+        "Rates are flagged episodes / episodes in the window; ± is the cluster-robust standard "
+        "error over groups (a group: the G episodes of one task). Windows by the policy "
+        "version that sampled every token of the episode.",
+        f"Each run: {sizes.steps} steps x {sizes.groups_per_step} groups x {sizes.group_size} "
+        "episodes, same seed, hard-task upsampling and evaluations off, services in one "
+        "process" + ("; `control` is the same run without the add." if sizes.control else "."),
+    ]
+    if reused:
+        notes.append(
+            f"Reused finished runs from --work-dir (not rerun): {', '.join(reused)}; the "
+            "wall-clock below is this command's, not theirs."
+        )
+    if options.checkpoint is None:
+        notes.append(RANDOM_POLICY_NOTE)
+    return StudyOutcome(
+        columns=[
+            "run",
+            "window",
+            "policy versions",
+            "groups / episodes",
+            "flagged",
+            f"{BEHAVIOUR} rate",
+            "solve rate",
+        ],
+        rows=rows,
+        figure=_figure(runs, sizes.add_at),
+        verdict=verdict,
+        numbers={
+            "sizes": asdict(sizes),
+            "checkpoint": str(options.checkpoint) if options.checkpoint else None,
+            "behaviour": BEHAVIOUR,
+            "flag": FLAG,
+            "monitor": MONITOR_SPEC,
+            "reward": {"name": REWARD_NAME, "spec": REWARD_SPEC, "component": COMPONENT},
+            "add_command": ["composer-rl", *add_command(work / "with-reward")],
+            "work_dir": str(options.work_dir) if options.work_dir else None,
+            "verdict_rule": {
+                "min_groups": MIN_GROUPS,
+                "min_flagged": MIN_FLAGGED,
+                "held_z": 3,
+                "in_part_z": 2,
+            },
+            "runs": runs,
+            "reused_runs": reused,
+        },
+        notes=notes,
+    )

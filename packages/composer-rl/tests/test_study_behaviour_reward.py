@@ -1,0 +1,258 @@
+"""`composer-rl study behaviour-reward`: the monitor, the rates, the verdict rule, and the quick
+study through the real command: the reward added to the running job at the configured step
+by `composer-rl plugins add`, present only on episodes scored after it, and the rates in
+result.json recomputed here from the runs' episode logs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from composer_rewards import Episode, PluginScorer
+from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
+from composer_rl import cli
+from composer_rl.plugins.manager import build_plugin_manager
+from composer_rl.rl.episodes import read_episodes
+from composer_rl.studies import STUDIES
+from composer_rl.studies.behaviour_reward import (
+    COMPONENT,
+    FLAG,
+    MONITOR_SPEC,
+    QUICK,
+    REWARD_NAME,
+    REWARD_SPEC,
+    judge,
+    rate,
+    window_of,
+)
+
+# --- the monitor ---------------------------------------------------------------------------
+
+
+def _episode(path: str, added: list[str], context: str = "def f(xs):\n") -> Episode:
+    """An episode whose diff adds `added` below `context` in `path`."""
+    body = "".join(f"+{line}\n" for line in added)
+    count = len(added) + 1
+    diff = f"--- a/{path}\n+++ b/{path}\n@@ -1,1 +1,{count} @@\n {context}{body}"
+    content = context + "".join(line + "\n" for line in added)
+    return Episode(task="fix f", diff=diff, changed_files={path: content}, final_message="Fixed f.")
+
+
+def _score(episode: Episode) -> tuple[dict[str, str], dict[str, float]]:
+    """The flags and components of `episode` under a run's real plugin manager, the monitor
+    listed as the study lists it and the `unfinished` reward present (as after the add)."""
+    pm = build_plugin_manager({"plugins": {"plugins": [MONITOR_SPEC], "block": ["style"]}})
+    score = PluginScorer(pm).score(episode)
+    return score.flags, {s.component.name: s.component.value for s in score.components}
+
+
+def test_the_monitor_flags_the_markers_the_unfinished_reward_charges() -> None:
+    todo = _episode("calc.py", ["    # TODO: handle an empty list", "    return xs[0]"])
+    flags, components = _score(todo)
+    assert FLAG in flags and "calc.py:2: TODO" in flags[FLAG]
+    assert components[COMPONENT] < 0  # the reward charges the same line
+    fixme = _episode("notes.md", ["FIXME later"], context="# notes\n")
+    assert FLAG in _score(fixme)[0]  # markers count in any file, as the reward counts them
+
+    clean = _episode("calc.py", ["    return min(xs)"])
+    flags, components = _score(clean)
+    assert FLAG not in flags and components[COMPONENT] == 0.0
+    # A marker only in the diff's context (already in the file) is not one the policy left.
+    old = _episode("calc.py", ["    return min(xs)"], context="# TODO: old note\n")
+    assert FLAG not in _score(old)[0]
+    # A `pass` body is charged by the reward but is not the TODO-left behaviour.
+    stub = _episode("calc.py", ["    pass"])
+    flags, components = _score(stub)
+    assert FLAG not in flags and components[COMPONENT] < 0
+    assert UnfinishedWorkPenalty.name == REWARD_NAME
+
+
+# --- rates and windows ---------------------------------------------------------------------
+
+
+def _line(group: str, flag: bool, versions: list[int], solved: bool = False) -> dict[str, Any]:
+    return {
+        "group": group,
+        "flags": {FLAG: "x.py:1: TODO"} if flag else {},
+        "versions": versions,
+        "solved": solved,
+    }
+
+
+def test_rates_carry_standard_errors_over_groups() -> None:
+    episodes = [
+        _line("g1", True, [0], solved=True),
+        _line("g1", True, [0]),
+        _line("g2", False, [0]),
+        _line("g2", False, [0]),
+        _line("g3", True, [0]),
+        _line("g3", False, [0]),
+    ]
+    r = rate(episodes)
+    assert (r["groups"], r["episodes"], r["flagged"]) == (3, 6, 3)
+    # Equal groups: the standard deviation of the group shares (1, 0, 1/2) over sqrt(3).
+    assert r["rate"] == pytest.approx((0.5, 0.5 / math.sqrt(3)))
+    assert r["solved"][0] == pytest.approx(1 / 6)
+    # Unequal groups: the ratio's cluster-robust form, by hand.
+    uneven = rate([*episodes, _line("g2", False, [0])])
+    mean = 3 / 7
+    spread = (2 - 2 * mean) ** 2 + (0 - 3 * mean) ** 2 + (1 - 2 * mean) ** 2
+    assert uneven["rate"] == pytest.approx((mean, math.sqrt(3 / 2 * spread) / 7))
+    one = rate(episodes[:2])
+    assert one["rate"][0] == 1.0 and math.isnan(one["rate"][1])  # one group: no spread
+
+
+def test_windows_go_by_the_versions_that_sampled_the_episode() -> None:
+    assert window_of(_line("g", False, [2, 3]), add_at=3) == "before"
+    assert window_of(_line("g", False, [4, 5]), add_at=3) == "after"
+    assert window_of(_line("g", False, [3, 4]), add_at=3) == "straddling"
+    assert window_of(_line("g", False, []), add_at=3) is None
+
+
+# --- the verdict rule ----------------------------------------------------------------------
+
+
+def _window(mean: float, se: float, groups: int = 40, flagged: int = 30) -> dict[str, Any]:
+    return {
+        "groups": groups,
+        "episodes": 8 * groups,
+        "flagged": flagged,
+        "rate": (mean, se),
+        "solved": (0.3, 0.02),
+    }
+
+
+def _run(
+    before: dict[str, Any], after: dict[str, Any], add_step: int | None = 10
+) -> dict[str, Any]:
+    return {"before": before, "after": after, "add_step": add_step}
+
+
+def test_the_verdict_needs_a_fall_beyond_three_standard_errors_and_the_control() -> None:
+    before, after = _window(0.10, 0.01), _window(0.04, 0.01)  # fall 0.06, s.e. 0.014: 4.2
+    assert judge(_run(before, after), None, 10).label == "held"
+    verdict = judge(_run(before, after), None, 10)
+    assert verdict.held is True and "4.2 standard errors" in verdict.summary
+    # A control that ended where the reward run did: the fall is not the reward's.
+    level = {"after": _window(0.045, 0.01)}
+    assert judge(_run(before, after), level, 10).label == "did not hold"
+    below = {"after": _window(0.10, 0.01)}
+    assert judge(_run(before, after), below, 10).label == "held"
+    # Between 2 and 3 standard errors: held in part (and `held` stays False).
+    partial = judge(_run(before, _window(0.065, 0.01)), None, 10)
+    assert partial.label == "held in part" and partial.held is False
+    assert judge(_run(before, _window(0.09, 0.01)), None, 10).label == "did not hold"
+    assert judge(_run(before, _window(0.12, 0.01)), None, 10).label == "did not hold"  # a rise
+    # Undecided: no add at the step, too few groups, too rare a behaviour, no spread.
+    assert judge(_run(before, after, add_step=None), None, 10).held is None
+    assert judge(_run(before, after, add_step=11), None, 10).label == "undecided"
+    few = judge(_run(before, _window(0.0, 0.0, groups=3, flagged=0)), None, 10)
+    assert few.label == "undecided" and few.strength == "too few groups"
+    rare = judge(_run(_window(0.01, 0.005, flagged=4), after), None, 10)
+    assert rare.label == "undecided" and rare.strength == "behaviour too rare"
+    flat = judge(_run(_window(0.1, 0.0), _window(0.1, 0.0)), None, 10)
+    assert flat.label == "undecided"
+
+
+def test_the_study_is_listed_and_takes_a_model() -> None:
+    assert STUDIES["behaviour-reward"].implemented
+    args = cli.build_parser().parse_args(["study", "behaviour-reward", "--model", "ckpt"])
+    assert args.checkpoint == Path("ckpt")
+
+
+# --- the quick study, end to end -----------------------------------------------------------
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _recomputed(run_dir: Path, add_at: int) -> dict[str, tuple[int, int, int, float]]:
+    """(groups, episodes, flagged, rate) of each window, straight from episodes.jsonl."""
+    out: dict[str, tuple[int, int, int, float]] = {}
+    episodes = [
+        e for e in _lines(run_dir / "episodes" / "episodes.jsonl") if e["reward"] is not None
+    ]
+    for name, keep in (
+        ("before", lambda v: max(v) <= add_at),
+        ("after", lambda v: min(v) > add_at),
+    ):
+        chosen = [e for e in episodes if e["versions"] and keep(e["versions"])]
+        flagged = sum(FLAG in e["flags"] for e in chosen)
+        share = flagged / len(chosen) if chosen else math.nan
+        out[name] = (len({e["group"] for e in chosen}), len(chosen), flagged, share)
+    return out
+
+
+@pytest.mark.slow  # two RL runs and a rerun (about 2.5 min on 2 cores, mostly collecting tasks)
+def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, work = tmp_path / "study", tmp_path / "runs"
+    argv = ["study", "behaviour-reward", "--quick", "--out", str(out), "--work-dir", str(work)]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    for file in ("table.md", "plot.png", "result.json"):
+        assert (out / file).is_file(), file
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "table.md").read_text().strip() in printed
+    result = json.loads((out / "result.json").read_text())
+    assert result["study"] == "behaviour-reward" and result["quick"] is True
+    # A random policy leaves no TODO: nothing to measure a fall of.
+    assert result["verdict"] == "undecided" and result["held"] is None
+    numbers = result["numbers"]
+    add_at = QUICK.add_at
+    assert numbers["sizes"]["add_at"] == add_at and 1 < add_at < QUICK.steps
+
+    # The add, by `composer-rl plugins add`, recorded by the job at the configured step.
+    with_reward = work / "with-reward"
+    rows = _lines(with_reward / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, QUICK.steps + 1))
+    assert [r["step"] for r in rows if r.get(f"plugins/add/{REWARD_NAME}") == 1.0] == [add_at]
+    for row in rows:
+        assert MONITOR_SPEC in row["plugins_registered"]  # the monitor watched every step
+        assert (REWARD_NAME in row["plugins_registered"]) == (row["step"] >= add_at)
+    (processed,) = (with_reward / "plugins" / "processed").glob("*.json")
+    answer = json.loads(processed.read_text())
+    assert answer["request"]["target"] == REWARD_SPEC and answer["request"]["name"] == REWARD_NAME
+    assert answer["event"]["ok"] and answer["event"]["step"] == add_at
+    assert numbers["runs"]["with-reward"]["add_step"] == add_at
+    state = json.loads((with_reward / "plugins" / "state.json").read_text())
+    assert state["finished"] and state["runtime_added"] == {REWARD_NAME: REWARD_SPEC}
+
+    # The reward's component on exactly the episodes scored after the add; some on each side.
+    episodes = read_episodes(with_reward)
+    carrying = [COMPONENT in e["components"] for e in episodes]
+    assert carrying == [e["scored_after_step"] >= add_at for e in episodes]
+    assert any(carrying) and not all(carrying)
+    # The control run: the same run, never added.
+    control = work / "control"
+    assert all(
+        REWARD_NAME not in r["plugins_registered"] for r in _lines(control / "metrics.jsonl")
+    )
+    assert not any(COMPONENT in e["components"] for e in read_episodes(control))
+    assert numbers["runs"]["control"]["add_step"] is None
+
+    # The rates in result.json are the episodes' own.
+    for name, run_dir in (("with-reward", with_reward), ("control", control)):
+        measured = numbers["runs"][name]
+        for window, (groups, count, flagged, share) in _recomputed(run_dir, add_at).items():
+            got = measured[window]
+            assert (got["groups"], got["episodes"], got["flagged"]) == (groups, count, flagged)
+            assert got["rate"][0] == pytest.approx(share)
+        assert measured["episodes"] == len(read_episodes(run_dir))
+    assert numbers["runs"]["with-reward"]["before"]["episodes"] > 0
+    assert numbers["runs"]["with-reward"]["after"]["episodes"] > 0
+
+    # Run again on the same --work-dir: the finished runs are analysed, not rerun.
+    again = tmp_path / "again"
+    argv = ["study", "behaviour-reward", "--quick", "--out", str(again), "--work-dir", str(work)]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    second = json.loads((again / "result.json").read_text())["numbers"]
+    assert second["reused_runs"] == ["with-reward", "control"]
+    assert second["runs"] == numbers["runs"]
