@@ -88,7 +88,13 @@ from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
-from composer_rl.studies.rl_runs import WEIGHTS_RECORD, finished_history, weights_digest
+from composer_rl.studies.rl_runs import (
+    WEIGHTS_RECORD,
+    RLSizes,
+    finished_history,
+    study_settings,
+    weights_digest,
+)
 
 BEHAVIOUR = "todo_left"
 MONITOR_SPEC = "composer_rl.studies.behaviour_reward:TodoLeftMonitor"
@@ -147,23 +153,10 @@ def run_settings(
 ) -> dict[str, object]:
     """The RL settings of either run: the monitor on, the reward blocked, upsampling and
     evaluations off (upsampling reads the episodes, so the two runs would draw other tasks)."""
-    settings: dict[str, object] = {
-        **base,
-        "model": str(model),
-        "run_dir": str(run_dir),
-        "seed": seed,
-        "local": True,
-        "loop.steps": sizes.steps,
-        "loop.group_size": sizes.group_size,
-        "loop.groups_per_step": sizes.groups_per_step,
-        "loop.upsample_hard_after": None,
-        "eval.per_template": 0,
-        "eval.every": 0,
-        "plugins.block": [REWARD_NAME],
-        "plugins.plugins": [MONITOR_SPEC],
-    }
-    if sizes.lr is not None:
-        settings["train.lr"] = sizes.lr
+    rl = RLSizes(sizes.steps, sizes.group_size, sizes.groups_per_step, sizes.lr)
+    settings = study_settings(model, run_dir, rl, base, seed)
+    settings["plugins.block"] = [REWARD_NAME]
+    settings["plugins.plugins"] = [MONITOR_SPEC]
     return settings
 
 

@@ -27,10 +27,10 @@ class RLSizes:
     lr: float | None  # None: the RL config's default
 
 
-def run_or_reuse(
+def study_settings(
     model: Path, run_dir: Path, sizes: RLSizes, overrides: dict[str, object], seed: int
-) -> tuple[list[dict[str, Any]], bool]:
-    """A variant's per-step metrics, and whether a finished run in `run_dir` was reused.
+) -> dict[str, object]:
+    """The RL settings of a study run: `overrides`, then the run's place and sizes.
 
     Every study run leaves hard-task upsampling and the evaluations off: upsampling reads
     the episodes' lengths, so it would give each variant other tasks, and the studies
@@ -50,7 +50,14 @@ def run_or_reuse(
     }
     if sizes.lr is not None:
         settings["train.lr"] = sizes.lr
-    config = load_config(None, settings)
+    return settings
+
+
+def run_or_reuse(
+    model: Path, run_dir: Path, sizes: RLSizes, overrides: dict[str, object], seed: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """A variant's per-step metrics, and whether a finished run in `run_dir` was reused."""
+    config = load_config(None, study_settings(model, run_dir, sizes, overrides, seed))
     finished = finished_history(run_dir, config)
     if finished is not None:
         return finished, True
