@@ -275,6 +275,11 @@ QUICK_BENCHMARK_ARGS: dict[str, list[str]] = {
     ],
     "packages/composer-rl/benchmarks/bench_async_vs_sync.py": ["--quick", "--local"],
     "packages/composer-rl/benchmarks/learning_margin.py": ["--quick"],
+    "packages/composer-rl/benchmarks/name_copy.py": ["--quick"],
+    "packages/composer-rl/benchmarks/view_bench.py": ["--episodes", "200", "--repeats", "1"],
+    "packages/composer-infra/benchmarks/grading_bench.py": [
+        "--backends", "process", "--repeats", "1",
+    ],
     "packages/composer-rl/benchmarks/mtp_gradient_share.py": ["--quick"],
     "packages/composer-rl/benchmarks/rl_fit_fixed_tasks.py": ["--quick"],
     "packages/composer-rl/benchmarks/bench_rollout.py": [

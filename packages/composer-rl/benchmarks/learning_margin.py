@@ -31,10 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from composer_rl.eval.baselines import baseline_scores
+from composer_rl.eval.behaviour import behaviour_rates
 from composer_rl.rl.compare import (
+    SPLITS,
     PolicyScores,
     behaviour_margins,
-    heldout_tasks,
     score_policy,
     seed_margins,
     template_rows,
@@ -84,6 +86,43 @@ def _scores(
           f"{time.monotonic() - began:.0f} s")  # fmt: skip
     path.write_text(json.dumps({"key": key, "scores": scores.to_json()}))
     return scores
+
+
+def _baselines(
+    path: Path,
+    model: Path,
+    tasks: tuple[list[Any], list[Any]],
+    runner: Any,
+    k: int,
+    threads: int,
+) -> dict[str, PolicyScores]:
+    """Do-nothing and random on the same tasks, scored once and kept: what a policy that
+    does nothing useful earns, beside which every rate is read. Greedy only unless
+    `k`: doing nothing is the same every time, and a random model's greedy episode is as
+    random as its samples, so the sampled pass would cost a policy's time for no news."""
+    greedy_tasks, k_tasks = tasks
+    key = {"tasks": [t.id for t in greedy_tasks], "k_tasks": [t.id for t in k_tasks], "k": k}
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("key") == key:
+            return {n: PolicyScores.from_json(v) for n, v in data["scores"].items()}
+    began = time.monotonic()
+    scores = baseline_scores(
+        greedy_tasks, runner, like=model, samples_for_k=k, k_tasks=k_tasks, threads=threads
+    )
+    print(f"  scored the baselines in {time.monotonic() - began:.0f} s")
+    path.write_text(json.dumps({"key": key, "scores": {n: v.to_json() for n, v in scores.items()}}))
+    return scores
+
+
+def baselines_markdown(baselines: dict[str, PolicyScores]) -> str:
+    """The baselines' rates on the same tasks, each with its standard error."""
+    lines = ["", "Baselines on the same tasks:", "", "| policy | pass@1 (greedy) | pass@1 (T=1) "
+             "| pass@k (T=1) |", "| --- | --- | --- | --- |"]  # fmt: skip
+    for name, scores in baselines.items():
+        sampled = (_fmt(*scores.sampled_pass1()), _fmt(*scores.passk())) if scores.k else ("-", "-")
+        lines.append(f"| {name} | {_fmt(*scores.pass1())} | {sampled[0]} | {sampled[1]} |")
+    return "\n".join(lines) + "\n"
 
 
 def _fmt(mean: float, se: float) -> str:
@@ -139,6 +178,28 @@ def behaviour_markdown(sft: PolicyScores, runs: dict[int, PolicyScores]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def policy_markdown(scores: PolicyScores, what: str) -> str:
+    """One policy's rates and behaviours, each with its standard error over tasks: what the
+    demonstration mix is chosen by (a real choice at T=1 and greedily; pass@k above pass@1)."""
+    lines = [f"{scores.name}: {what}", "", "| rate | value |", "| --- | --- |"]
+    lines.append(f"| pass@1 (greedy) | {_fmt(*scores.pass1())} |")
+    if scores.k:
+        lines.append(f"| pass@1 (T=1) | {_fmt(*scores.sampled_pass1())} |")
+        lines.append(f"| pass@{scores.k} (T=1) | {_fmt(*scores.passk())} |")
+    for difficulty, (mean, se, n) in sorted(scores.by_difficulty.items()):
+        lines.append(f"| pass@1 (greedy), difficulty {difficulty} ({n} tasks) | {_fmt(mean, se)} |")
+    lines += ["", "| behaviour | greedy (tasks) | T=1 (tasks) |", "| --- | --- | --- |"]
+    greedy = behaviour_rates(scores.behaviours_greedy)
+    sampled = behaviour_rates(scores.behaviours_sampled)
+    for name in dict.fromkeys([*greedy, *sampled]):
+        cells = [
+            f"{_fmt(*rates[name][:2])} ({rates[name][2]})" if name in rates else "-"
+            for rates in (greedy, sampled)
+        ]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(summary: dict[str, Any], out: Path) -> Path:
     import matplotlib
 
@@ -179,10 +240,22 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=8, help="temperature-1 samples a task (pass@k)")
     parser.add_argument("--k-per-template", type=int, default=4,
                         help="held-out tasks a template for the sampled pass (a subset)")  # fmt: skip
+    parser.add_argument(
+        "--split",
+        choices=sorted(SPLITS),
+        default="heldout",
+        help="the tasks scored: held-out (the claim) or validation (carved from train; "
+        "settings are chosen on it)",
+    )
     parser.add_argument("--config", type=Path, help="RL configuration (TOML), as for `rl`")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="RL settings over the file, e.g. train.lr=1e-4 loop.steps=40")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only-seeds", action="store_true",
+                        help="run and score the seeds only (another process scores SFT and "
+                        "the baselines; a later call without it reads every kept score)")  # fmt: skip
+    parser.add_argument("--sampled-baselines", action="store_true",
+                        help="also sample the baselines at T=1 (pass@k; a policy's cost)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a random tiny model, two steps")
     parser.add_argument(
         "--work-dir",
@@ -202,10 +275,14 @@ def main() -> int:
         quick.update({"loop.steps": 2, "loop.group_size": 2, "loop.groups_per_step": 1})
         overrides = {**quick, **overrides}
         args.seeds, args.per_template, args.k, args.k_per_template = args.seeds[:2], 1, 2, 1
-    greedy_tasks = heldout_tasks(args.per_template, seed=0)
-    # --per-template 0 scores every held-out task greedily; the sampled pass stays a subset.
+    draw = SPLITS[args.split]
+    greedy_tasks = draw(args.per_template, seed=0)
+    # --per-template 0 scores every task greedily; the sampled pass stays a subset.
     k_per = min(args.k_per_template, args.per_template or args.k_per_template)
-    tasks = (greedy_tasks, heldout_tasks(k_per, seed=0))
+    tasks = (greedy_tasks, draw(k_per, seed=0))
+    # Scores of another split are kept apart from held-out ones; the RL runs are shared.
+    scores_dir = work if args.split == "heldout" else work / args.split
+    scores_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[int, PolicyScores] = {}
     runner = None
     for seed in args.seeds:
@@ -228,26 +305,40 @@ def main() -> int:
             run_rl(config)
             print(f"seed {seed}: RL run in {time.monotonic() - began:.0f} s -> {final}")
         runs[seed] = _scores(
-            work / f"scores-seed{seed}.json", f"rl-seed{seed}", final, tasks, runner, args.k,
+            scores_dir / f"scores-seed{seed}.json", f"rl-seed{seed}", final, tasks, runner, args.k,
             args.threads,
         )  # fmt: skip
+    if args.only_seeds:
+        return 0
     if runner is None:
         runner = runner_config(load_config(args.config, {**overrides, "model": str(model)}))
-    sft = _scores(work / "scores-sft.json", "sft", model, tasks, runner, args.k, args.threads)
+    sft = _scores(scores_dir / "scores-sft.json", "sft", model, tasks, runner, args.k, args.threads)
+    baselines = _baselines(
+        scores_dir / "scores-baselines.json",
+        model,
+        tasks,
+        runner,
+        args.k if args.sampled_baselines else 0,
+        args.threads,
+    )
     if not runs:
-        print(f"SFT: pass@1 {_fmt(*sft.pass1())}, by difficulty {sft.by_difficulty}")
+        text = policy_markdown(sft, f"{model} on {len(greedy_tasks)} {args.split} tasks "
+                               f"({len(tasks[1])} of them sampled {args.k} times at T=1)")  # fmt: skip
+        text += baselines_markdown(baselines)
+        print(text)
+        (scores_dir / f"policy-{sft.name}.md").write_text(text)
         return 0
     summary = seed_margins(sft, runs)
     header = (
-        f"RL from {model} on {len(greedy_tasks)} held-out tasks ({args.per_template} a template; "
+        f"RL from {model} on {len(greedy_tasks)} {args.split} tasks ({args.per_template} a template; "
         f"{len(tasks[1])} of them sampled {args.k} times at T=1), seeds {args.seeds}; "
         f"settings: {overrides or 'defaults'}"
     )
-    text = markdown(summary, header) + behaviour_markdown(sft, runs)
+    text = markdown(summary, header) + baselines_markdown(baselines) + behaviour_markdown(sft, runs)
     print(text)
-    (work / "learning.md").write_text(text)
-    (work / "learning.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(f"plot: {plot(summary, work / 'learning.png')}")
+    (scores_dir / "learning.md").write_text(text)
+    (scores_dir / "learning.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"plot: {plot(summary, scores_dir / 'learning.png')}")
     return 0
 
 

@@ -20,7 +20,13 @@ from composer_rl.agent.transcript import Transcript
 from composer_rl.cli import main
 from composer_rl.eval import bench
 from composer_rl.eval.evaluate import EvalConfig, run_eval, write_report
-from composer_rl.eval.side import SIDE_BY_NAME, SIDE_EVALS, InterruptingRunner, side_tasks
+from composer_rl.eval.side import (
+    SIDE_BY_NAME,
+    SIDE_EVALS,
+    InterruptingRunner,
+    side_scores,
+    side_tasks,
+)
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.tasks import Split, Task, collect_tasks
 from composer_rl.tasks.stats import medians
@@ -80,7 +86,9 @@ def test_intent_grader() -> None:
     task = _side("intent")[0]
     grade = SIDE_BY_NAME["intent"].grade
     assert grade(_result(task, task.files, "Which rate do you want?")) == 1.0
-    assert grade(_result(task, task.files, "Left it alone.")) == 0.5
+    # Leaving it alone without asking is what finishing at once does: it earns nothing.
+    assert grade(_result(task, task.files, "Left it alone.")) == 0.0
+    assert grade(_result(task, task.files, "")) == 0.0
     edited = {k: v + "# changed\n" for k, v in task.files.items()}
     assert grade(_result(task, edited, "What rate? I set 0.3 for now.")) == 0.0
 
@@ -113,6 +121,30 @@ def test_eager_editing_grader_penalises_extra_lines() -> None:
     noisy = broken.solved_files()
     noisy[path] = noisy[path] + "\n\ndef extra(a, b):\n    return a\n"
     assert 0 < grade(_result(broken, noisy)) < 1.0
+
+
+def test_eager_editing_scores_a_pair_by_its_worse_task() -> None:
+    """The unit is the module's clean/broken pair: leaving both alone (do-nothing) scores 0,
+    editing both scores 0, only fixing the broken one and leaving the clean one scores 1."""
+    tasks = _side("eager_editing")
+    assert len({t.metadata["side_unit"] for t in tasks}) == len(tasks) // 2 == 8
+    unit = tasks[0].metadata["side_unit"]
+    clean, broken = sorted(
+        (t for t in tasks if t.metadata["side_unit"] == unit), key=lambda t: bool(t.solution)
+    )
+    touched = {k: v + "\n# reviewed\n" for k, v in clean.files.items()}
+
+    def score(*results: EpisodeResult) -> float:
+        return side_scores(list(results))["eager_editing"]["score"]
+
+    unfixed = _result(broken, broken.files, passed=False)
+    assert score(_result(clean, clean.files), unfixed) == 0.0  # do nothing
+    assert (
+        score(_result(clean, touched, passed=True), _result(broken, broken.solved_files())) == 0.0
+    )
+    assert score(_result(clean, clean.files), _result(broken, broken.solved_files())) == 1.0
+    # Half a pair is not scored as a unit (its clean half alone would score 1).
+    assert "eager_editing" not in side_scores([_result(clean, clean.files)])
 
 
 def test_code_quality_grader_compares_with_the_oracle() -> None:
@@ -164,12 +196,17 @@ def test_interruption_is_injected_after_the_first_call(tiny) -> None:  # type: i
 
 def test_run_eval_scores_bench_and_side_evals_with_errors(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     checkpoint, _, _ = tiny
-    tasks = bench.bench_tasks()[:2] + [s.tasks()[0] for s in SIDE_EVALS]
+    # One unit of each side eval: a task, or for eager editing a clean/broken pair.
+    eager = _side("eager_editing")
+    pair = [t for t in eager if t.metadata["side_unit"] == eager[0].metadata["side_unit"]]
+    side = [s.tasks()[0] for s in SIDE_EVALS if s.name != "eager_editing"] + pair
+    tasks = bench.bench_tasks()[:2] + side
     config = EvalConfig(samples=1, runner=RunnerConfig(max_turns=1, max_new_tokens=4))
     summary, results = run_eval(checkpoint, tasks, config)
     assert summary["overall"]["tasks"] == 2 and "pass@1_se" in summary["overall"]
     assert set(summary["side_evals"]) == {s.name for s in SIDE_EVALS}
-    assert all(row["tasks"] == 1 for row in summary["side_evals"].values())
+    assert all(row["units"] == 1 for row in summary["side_evals"].values())
+    assert summary["side_evals"]["eager_editing"]["tasks"] == 2
     assert "reward_total_se" in summary
     write_report(summary, results, tmp_path / "a.json")
     data = json.loads((tmp_path / "a.json").read_text())  # strict JSON: NaN written as null
@@ -206,8 +243,9 @@ def test_compare_prints_two_reports_side_by_side(
     other = json.loads(b.read_text())
     other["summary"]["suite"] = "heldout"
     b.write_text(json.dumps(other))
-    with pytest.raises(SystemExit, match="same suite"):
-        main(["eval", "--compare", str(a), str(b)])
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(a), str(b)]) == 2
+    assert "same suite" in capsys.readouterr().err
 
 
 @pytest.mark.slow

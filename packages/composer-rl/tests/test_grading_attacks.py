@@ -224,3 +224,30 @@ def test_a_refused_verdict_travels_into_the_episode_record() -> None:
     scored = score_result(result, lambda episode: EpisodeScore(), tokenizer)
     assert scored.reward is not None and not scored.solved
     assert scored.record["grading_failure"] == refused.failure_reason
+
+
+def test_the_episode_line_keeps_the_diff_and_the_hidden_tests_output_capped() -> None:
+    """The viewer shows what an episode left and what the hidden tests said; a policy that
+    writes a huge file does not make the log line huge."""
+    from composer_infra.sandbox import TestReport
+    from composer_model.tokenizer import train_tokenizer
+    from composer_rewards import EpisodeScore
+    from composer_rl.agent.episode import EpisodeResult
+    from composer_rl.agent.transcript import Transcript
+    from composer_rl.rl.episodes import RECORDED_TEXT_CHARS, score_result
+
+    task = _task("fix_operator")
+    result = EpisodeResult(task=task, sample=0, transcript=Transcript.start(task.instruction))
+    result.report = TestReport(output="1 failed: assert 3 == 4", source="grader")
+    path = sorted(task.files)[0]
+    result.files_after = {**task.files, path: task.files[path] + "# edited\n"}
+    tokenizer = train_tokenizer([task.instruction] * 4, vocab_size=300)
+    record = score_result(result, lambda episode: EpisodeScore(), tokenizer).record
+    assert f"+++ b/{path}" in record["diff"] and "+# edited" in record["diff"]
+    assert record["test_output"] == "1 failed: assert 3 == 4"
+    result.files_after = {**task.files, "big.txt": "x" * 10 + "\n" * (3 * RECORDED_TEXT_CHARS)}
+    record = score_result(result, lambda episode: EpisodeScore(), tokenizer).record
+    assert len(record["diff"]) < RECORDED_TEXT_CHARS + 100
+    assert record["diff"].endswith("characters cut]")
+    result.files_after = {}
+    assert score_result(result, lambda e: EpisodeScore(), tokenizer).record["diff"] is None

@@ -225,10 +225,17 @@ def test_a_finished_or_dead_job(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_commands_that_score_nothing_refuse_plugin_requests(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
+    """The real command on a run directory whose phases have all finished: it marks the
+    directory and returns at once. (A command stopped by a bad setting writes nothing:
+    tests/test_cli_preflight.py.)"""
     run_dir = tmp_path / "stage1"
-    # The real command: it marks its run directory first, then stops at the missing config.
-    with pytest.raises(ValueError, match="config file"):
-        main([command, "--run-dir", str(run_dir), "--config", str(tmp_path / "missing.json")])
+    for phase in ("pretrain", "long_context", "sft"):
+        (run_dir / phase / "final").mkdir(parents=True)
+        (run_dir / phase / "final" / "config.json").write_text("{}")
+        result = {"phase": phase, "steps": 1, "seconds": 0.0, "heldout_ce": 1.0}
+        (run_dir / phase / "result.json").write_text(json.dumps(result))
+    assert main([command, "--run-dir", str(run_dir), "--no-progress"]) == 0
+    capsys.readouterr()
     assert cli("add", "--run", str(run_dir), "runtime_plugins:Bonus") == 2
     err = capsys.readouterr().err
     assert f"is a `{command}` run" in err and "scores no episodes" in err
@@ -272,3 +279,59 @@ def test_a_killed_job_comes_back_with_its_run_time_plugins(
         assert restored == [("remove", "length", True), ("add", "bonus", True)]
         assert first["reward/runtime_bonus"] == 0.5
         assert "reward/length" not in first
+
+
+def test_every_spec_is_shown_whole_on_a_narrow_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plugins list` on a 60-column terminal: each spec on one line, uncut (rich shrank the
+    table to the terminal and ended long specs with an ellipsis)."""
+    import os
+    import socket
+    import time
+
+    from composer_rl.plugins.requests import (
+        JobState,
+        PluginDirs,
+        RegisteredPlugin,
+        write_json_atomic,
+    )
+
+    specs = [
+        "composer_rewards.builtin.correctness:CorrectnessReward",
+        "some_third_party_package.deeply.nested.module:AVeryLongPluginClassName",
+        "pkg.with_brackets:Plugin[beta]",
+    ]
+    plugins = [
+        RegisteredPlugin(name=f"plugin_{i}", source="runtime", spec=spec, hooks=["composer_reward"])
+        for i, spec in enumerate(specs)
+    ]
+    plugins.append(
+        RegisteredPlugin(
+            name="broken",
+            source="config",
+            spec="missing.module:Plugin",
+            status="unavailable",
+            error="ModuleNotFoundError: No module named 'missing' " * 3,
+        )
+    )
+    run_dir = tmp_path / "run"
+    dirs = PluginDirs(run_dir)
+    dirs.make()
+    state = JobState(
+        command="rl",
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        python=sys.executable,
+        sys_path=[],
+        step=3,
+        updated_at=time.time(),
+        plugins=plugins,
+    )
+    write_json_atomic(dirs.state, state.model_dump())
+    monkeypatch.setenv("COLUMNS", "60")
+    assert cli("list", "--run", str(run_dir)) == 0
+    out = capsys.readouterr().out
+    for spec in [*specs, "missing.module:Plugin"]:
+        assert any(spec in line for line in out.splitlines()), (spec, out)
+    assert "…" not in out

@@ -31,6 +31,7 @@ from composer_model import OptimConfig
 from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
+from composer_rl.errors import ConfigError
 from composer_rl.services import EnvironmentConfig, TrainingConfig, start_services
 from composer_rl.tasks import BuiltinTaskSource, Split
 
@@ -65,7 +66,7 @@ def test_placement_flags_and_their_errors() -> None:
         ("training=head_node:lots", "must be a number"),
         ("training=head_node:0", "must be > 0"),
     ):
-        with pytest.raises(SystemExit, match=says):
+        with pytest.raises(ConfigError, match=says):
             parse_placement([bad])
 
 

@@ -3,7 +3,7 @@
 Each test plays a model trying to get out of, or take down, its sandbox, and checks
 that the host, the run and other sandboxes are untouched. The `process` backend
 isolates nothing; the tests it cannot pass are marked (xfail with the reason), which
-is the containment table of the README.
+is the containment table of docs/infra/containment.md.
 """
 
 from __future__ import annotations

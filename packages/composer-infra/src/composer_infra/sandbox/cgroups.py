@@ -22,8 +22,8 @@ Both cgroup layouts are handled:
 
 Creating cgroups needs write access to our cgroup directory (root, or a delegated
 subtree). Without it, `cgroup_unavailable()` says why, the sandbox runs with
-rlimits only (per process, not per sandbox), and the README's table says what that
-leaves open.
+rlimits only (per process, not per sandbox), and docs/infra/containment.md says what
+that leaves open.
 """
 
 from __future__ import annotations

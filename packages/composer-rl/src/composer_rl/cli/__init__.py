@@ -43,21 +43,39 @@ DEFAULT_PIPELINE: tuple[tuple[str, ...], ...] = (("stage1",), ("rl",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand (or the default pipeline); its exit status.
+
+    A user error found before anything starts (`composer_rl.errors.ConfigError`: a bad
+    setting, a missing file, a launch that cannot work) and a corpus that cannot be used
+    are printed as one `error: ...` line, with exit status 2 and no traceback."""
+    from composer_rl.errors import ConfigError
+    from composer_rl.stages.corpus import CorpusError
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "handler", None) is None:
-        print(
-            "composer-rl: no subcommand, running the default pipeline: "
-            + ", then ".join(" ".join(step) for step in DEFAULT_PIPELINE)
-            + " (see --help)"
-        )
-        for step in DEFAULT_PIPELINE:
-            step_args = parser.parse_args(list(step))
-            code = int(step_args.handler(step_args) or 0)
-            if code:
-                return code
-        return 0
-    return int(args.handler(args) or 0)
+    try:
+        if getattr(args, "handler", None) is None:
+            print(
+                "composer-rl: no subcommand, running the default pipeline: "
+                + ", then ".join(" ".join(step) for step in DEFAULT_PIPELINE)
+                + " (see --help)",
+                flush=True,
+            )
+            for step in DEFAULT_PIPELINE:
+                step_args = parser.parse_args(list(step))
+                code = int(step_args.handler(step_args) or 0)
+                if code:
+                    return code
+            return 0
+        return int(args.handler(args) or 0)
+    except (ConfigError, CorpusError) as error:
+        print(f"error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: a log or a terminal shows a user error whole, as one line."""
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 if __name__ == "__main__":

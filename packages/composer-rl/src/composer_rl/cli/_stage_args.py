@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from composer_rl.errors import ConfigError
 from composer_rl.stages.config import Stage1Config, load_stage1_config
+from composer_rl.stages.progress import Show
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -13,14 +16,19 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="JSON file with Stage1Config fields")
     parser.add_argument("--preset", help="model preset (default: tiny)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="plain progress lines instead of bars (what a log file or a pipe gets anyway): "
+        "one when a phase starts and ends, and one every 30 s or tenth of the phase",
+    )
 
 
 def add_parallel(parser: argparse.ArgumentParser) -> None:
     """--dp/--cp/--ep: run under torchrun with dp x cp processes (see the README)."""
     group = parser.add_argument_group(
         "parallelism",
-        "launch with `python -m torch.distributed.run --nproc-per-node DPxCP -m composer_rl.cli "
+        "launch with `uv run python -m torch.distributed.run --nproc-per-node DPxCP -m composer_rl.cli "
         "...`; gloo on CPU, NCCL on GPUs; rank 0 writes metrics and checkpoints",
     )
     group.add_argument("--dp", dest="parallel.dp", type=int, help="data-parallel degree")
@@ -89,12 +97,82 @@ def add_demonstrations(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def progress(args: argparse.Namespace) -> Show:
+    """The phases' progress reporting for --no-progress (see `composer_rl.stages.progress`)."""
+    return "lines" if args.no_progress else True
+
+
 def stage1_config(args: argparse.Namespace) -> Stage1Config:
     overrides = {k: v for k, v in vars(args).items() if "." in k or k in ("preset", "threads")}
     overrides["run_dir"] = args.run_dir
     if getattr(args, "corpus", None) is not None:
         overrides["corpus.path"] = args.corpus
     return load_stage1_config(args.config, **overrides)
+
+
+def preflight(config: Stage1Config, command: str, *, long_context: bool = True) -> None:
+    """Every check of a stage command's settings that needs nothing started: a ConfigError
+    naming what to change, raised before the corpus is read, a phase starts or the run
+    directory is written (the CLI prints it as one line and exits with 2).
+
+    `long_context`: whether this command runs the long-context phase after the base one."""
+    from composer_model import PRESETS
+    from composer_parallel import ParallelDims
+
+    if config.preset not in PRESETS:
+        raise ConfigError(f"--preset {config.preset!r}: choose one of {', '.join(sorted(PRESETS))}")
+    corpus = config.corpus.path
+    if corpus is not None and not (
+        corpus.is_dir() or (corpus.is_file() and corpus.suffix == ".jsonl")
+    ):
+        what = (
+            "does not exist" if not corpus.exists() else "is neither a directory nor a .jsonl file"
+        )
+        raise ConfigError(
+            f"--corpus {corpus} {what}: give a directory of text files or a .jsonl file of "
+            '{"text": ...} records (or leave it out for the Python standard library)'
+        )
+    parallel = config.parallel
+    try:
+        ParallelDims(dp=parallel.dp, cp=parallel.cp, ep=parallel.ep)
+    except ValueError as error:
+        raise ConfigError(f"--ep: {error}") from None
+    if parallel.world_size == 1:
+        return
+    if command != "pretrain":
+        raise ConfigError(
+            f"parallel.dp {parallel.dp} x parallel.cp {parallel.cp}: only `composer-rl pretrain` "
+            "runs in parallel (its base phase); set parallel back to 1 for "
+            f"`composer-rl {command}`"
+        )
+    if long_context:
+        raise ConfigError(
+            "--dp/--cp above 1 run the base phase only (the long-context phase is not parallel "
+            "yet): add --skip-long-context, then run the long-context phase in one process"
+        )
+    world = os.environ.get("WORLD_SIZE")
+    if world is None:
+        raise ConfigError(
+            f"--dp {parallel.dp} x --cp {parallel.cp} needs {parallel.world_size} processes: "
+            f"launch with `uv run python -m torch.distributed.run --nproc-per-node "
+            f"{parallel.world_size} -m composer_rl.cli pretrain ...` (see composer-parallel's "
+            "README), or drop --dp/--cp to run in one process"
+        )
+    if int(world) != parallel.world_size:
+        raise ConfigError(
+            f"this launch has {world} processes but --dp {parallel.dp} x --cp {parallel.cp} = "
+            f"{parallel.world_size}: give --dp/--cp whose product is torchrun's "
+            "--nproc-per-node (x nodes)"
+        )
+
+
+def require_phase(run_dir: Path, phase: str, hint: str) -> None:
+    """A ConfigError unless the phase `phase` of `run_dir` has finished (its final model)."""
+    from composer_rl.stages.phases import final_dir
+
+    source = final_dir(run_dir / phase)
+    if not (source / "config.json").is_file():
+        raise ConfigError(f"{source} does not exist: {hint}")
 
 
 def refuse_plugins(run_dir: Path, command: str) -> None:

@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from composer_rl.errors import ConfigError, require_model_dir
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -87,14 +89,14 @@ def _tasks(args: argparse.Namespace) -> tuple[str, list[Any]]:
 
     if args.suite == "bench":
         if args.tasks:
-            raise SystemExit("error: --suite bench is a fixed set; drop --tasks")
+            raise ConfigError("--suite bench is a fixed set; drop --tasks")
         return BENCH_VERSION, bench_tasks() + side_tasks()
     sources = [DirectoryTaskSource("user", args.tasks)] if args.tasks else None
     tasks = collect_tasks(Split(args.split), sources=sources)
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template, seed=args.seed)
     if not tasks:
-        raise SystemExit(f"error: no {args.split} tasks found")
+        raise ConfigError(f"no {args.split} tasks found")
     return args.split, tasks
 
 
@@ -105,15 +107,16 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.eval.table import print_comparison
     from composer_rl.plugins import PluginSession
 
+    _check_args(args)
     plugin_config = _read_config(args.config) if args.config else {}
     try:  # a bad [plugins] section is reported before the model loads
         PluginSession.settings_of(plugin_config)
     except ValueError as error:
-        raise SystemExit(f"error: --config {args.config}: {error}") from None
+        raise ConfigError(f"--config {args.config}: {error}") from None
 
     bad_k = [k for k in args.k if k > args.samples]
     if bad_k:
-        raise SystemExit(f"error: pass@k needs k <= --samples ({args.samples}); got {bad_k}")
+        raise ConfigError(f"pass@k needs k <= --samples ({args.samples}); got {bad_k}")
     suite, tasks = _tasks(args)
     temperature = (
         args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
@@ -132,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
         ),
         plugin_config=plugin_config,
         tasks_per_step=args.tasks_per_step,
+        baselines=("do_nothing", "random"),  # scored on the same tasks, printed beside
     )
 
     def evaluate(checkpoint: Path, out: Path | None) -> dict[str, Any]:
@@ -139,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
             try:
                 return load_summary(checkpoint)
             except ValueError as exc:
-                raise SystemExit(f"error: {exc}") from exc
+                raise ConfigError(str(exc)) from exc
         report = out or checkpoint.parent / f"eval_{suite}.json"
         # plugins/ and metrics.jsonl of this evaluation (`composer-rl plugins ... --run`).
         run_dir = args.run_dir if args.run_dir and not args.compare else report.with_suffix("")
@@ -155,8 +159,8 @@ def main(args: argparse.Namespace) -> int:
         a_path, b_path = args.compare
         a, b = evaluate(a_path, None), evaluate(b_path, None)
         if a.get("suite", "heldout") != b.get("suite", "heldout"):
-            raise SystemExit(
-                f"error: A was evaluated on {a.get('suite', 'heldout')!r} and B on "
+            raise ConfigError(
+                f"A was evaluated on {a.get('suite', 'heldout')!r} and B on "
                 f"{b.get('suite', 'heldout')!r}; compare results of the same suite"
             )
         print_comparison(a, b, (str(a_path), str(b_path)))
@@ -166,8 +170,36 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """The checks that need no model and no sandbox, made before either is loaded: a
+    ConfigError naming the flag (one line, exit status 2)."""
+    for flag, value, least in (
+        ("--samples", args.samples, 1),
+        ("--per-template", args.per_template, 0),
+        ("--max-turns", args.max_turns, 1),
+        ("--max-new-tokens", args.max_new_tokens, 1),
+        ("--batch", args.batch, 1),
+        ("--workers", args.workers, 1),
+        ("--tasks-per-step", args.tasks_per_step, 0),
+        ("--k", min(args.k), 1),
+    ):
+        if value < least:
+            raise ConfigError(f"{flag} {value}: must be at least {least}")
+    if args.tasks is not None and not args.tasks.exists():
+        raise ConfigError(f"--tasks {args.tasks} does not exist: give a task directory or JSONL")
+    if args.config is not None and not args.config.is_file():
+        raise ConfigError(f"--config {args.config} does not exist")
+    hint = "a model directory with tokenizer.json (e.g. runs/stage1/sft/final)"
+    if args.compare:
+        for path in args.compare:
+            if not (path.is_file() and path.suffix == ".json"):
+                require_model_dir(path, "--compare", hint + " or an eval JSON report")
+    else:
+        require_model_dir(args.checkpoint, "--checkpoint", hint)
+
+
 def _read_config(path: Path) -> dict[str, Any]:
-    """The plugin run config from a TOML or JSON file; SystemExit naming the file if bad."""
+    """The plugin run config from a TOML or JSON file; a ConfigError naming the file if bad."""
     import json
     import tomllib
 
@@ -175,7 +207,7 @@ def _read_config(path: Path) -> dict[str, Any]:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as error:
-        raise SystemExit(f"error: --config {path}: {error}") from None
+        raise ConfigError(f"--config {path}: {error}") from None
     if not isinstance(data, dict):
-        raise SystemExit(f"error: --config {path}: expected a table/object at the top level")
+        raise ConfigError(f"--config {path}: expected a table/object at the top level")
     return data

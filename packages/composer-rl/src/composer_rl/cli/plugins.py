@@ -253,6 +253,7 @@ def _remove(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     run_dir = _run_dir(args.run)
     state = read_state(run_dir)
@@ -279,27 +280,37 @@ def _list(args: argparse.Namespace) -> int:
         )
         for p in (state.plugins if state else [])
     ]
-    # Wide enough for the longest row: names and specs are never cut (off a terminal rich
-    # would assume 80 columns).
-    needed = max((sum(len(c) for c in row) + 13 for row in rows), default=80)
+    # Names, sources and specs are never cut or wrapped: each column is as wide as its
+    # longest entry and the console widens to hold them (rich would otherwise shrink the
+    # table to the terminal, or to 80 columns off one, and end a spec with an ellipsis);
+    # only the hooks column wraps. Text is printed as is (a spec's [...] is not markup).
+    headers = ("name", "source", "spec", "hooks")
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers[:3])]
+    hooks_width = 24
+    needed = sum(widths) + hooks_width + 3 * len(headers) + 1  # padding and rules
     console = Console(width=max(Console().width, needed))
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     if state is None:
-        console.print(f"no job has written {run_dir / 'plugins' / 'state.json'} yet")
+        say(f"no job has written {run_dir / 'plugins' / 'state.json'} yet")
     elif state.refusal:
-        console.print(f"a `{state.command}` run: {state.refusal}")
+        say(f"a `{state.command}` run: {state.refusal}")
     else:
         command = f"{state.command} " if state.command else ""
-        console.print(
-            f"{command}job pid {state.pid} on {state.host} ({_liveness(state)}), step {state.step}"
-        )
-        table = Table("name", "source", "spec", "hooks")
+        say(f"{command}job pid {state.pid} on {state.host} ({_liveness(state)}), step {state.step}")
+        table = Table()
+        for header, width in zip(headers, widths, strict=False):
+            table.add_column(header, min_width=width, no_wrap=True, overflow="fold")
+        table.add_column(headers[3], min_width=hooks_width, overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
     for request in queued:
-        console.print(f"queued: {request.action} {request.target} ({request.id})")
+        say(f"queued: {request.action} {request.target} ({request.id})")
     for item in history:
         event = item.event
         outcome = "ok" if event.ok else f"rejected: {event.error}"
-        console.print(f"step {event.step}: {event.action} {event.name} {outcome}")
+        say(f"step {event.step}: {event.action} {event.name} {outcome}")
     return 0

@@ -13,6 +13,8 @@ from composer_rl.cli._stage_args import (
     add_common,
     add_parallel,
     add_phase,
+    preflight,
+    progress,
     refuse_plugins,
     stage1_config,
 )
@@ -42,28 +44,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
 
-    # Mark the run directory before anything can fail (one writer: torchrun's rank 0), so a
-    # plugin request on it is refused with the reason even when the command stops early.
+    config = stage1_config(args)
+    # Settings and the launch are checked before the corpus is read or anything is written.
+    preflight(config, "pretrain", long_context=not args.skip_long_context)
+    # Then the run directory is marked (one writer: torchrun's rank 0), so that a plugin
+    # request on it is refused with the reason even when the command stops later.
     if int(os.environ.get("RANK", "0")) == 0:
         refuse_plugins(args.run_dir, "pretrain")
-    config = stage1_config(args)
-    if config.parallel.world_size > 1 and not args.skip_long_context:
-        raise SystemExit(
-            "--dp/--cp above 1 run the base phase only (the long-context phase is not parallel "
-            "yet): add --skip-long-context, then run the long-context phase in one process"
-        )
     from composer_parallel import init_distributed
 
     distributed = init_distributed()
-    if distributed and _world() != config.parallel.world_size:
-        raise SystemExit(
-            f"this launch has {_world()} processes but --dp {config.parallel.dp} x --cp "
-            f"{config.parallel.cp} = {config.parallel.world_size}: give --dp/--cp whose "
-            "product is torchrun's --nproc-per-node (x nodes)"
-        )
     main_rank = not distributed or _rank() == 0
     console = Console()
-    summary = run_pretrain(config, show_progress=not args.no_progress)
+    summary = run_pretrain(config, show_progress=progress(args))
     if main_rank:
         console.print_json(json.dumps(summary))
     if distributed:
@@ -72,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         dist.destroy_process_group()
         return 0
     if not args.skip_long_context:
-        summary = run_long_context(config, show_progress=not args.no_progress)
+        summary = run_long_context(config, show_progress=progress(args))
         console.print_json(json.dumps(summary))
     return 0
 
@@ -81,9 +74,3 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank()
-
-
-def _world() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size()

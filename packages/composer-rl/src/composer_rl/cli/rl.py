@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import time
 from typing import Any
 
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
@@ -26,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     add_config_flags(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="plain progress lines instead of a bar (what a log file or a pipe gets anyway)",
+    )
     parser.set_defaults(handler=main)
 
 
@@ -38,7 +43,6 @@ def _fmt(pair: tuple[float, float]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from composer_rl.rl.compare import (
@@ -50,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
     from composer_rl.rl.run import preflight, run_rl, runner_config
+    from composer_rl.stages.progress import Show, StepProgress, phase_line
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
         setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())
@@ -61,22 +66,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     console = Console()
-    columns = (
-        TextColumn("RL"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, disable=args.no_progress) as progress:
-        bar = progress.add_task("rl", total=config.loop.steps, info="starting services")
+    show: Show = "lines" if args.no_progress else True
+    phase_line("rl", f"starting the services ({'in this process' if config.local else 'Ray'})")
+    with StepProgress("rl", config.loop.steps, show=show) as progress:
+        progress.message("starting services")
 
         def on_step(row: dict[str, Any]) -> None:
             reward = row.get("reward_mean")
             progress.update(
-                bar,
-                completed=row["step"],
-                info=f"reward {reward:.3f} lag {row['token_lag_mean']:.1f}"
+                int(row["step"]),
+                info=f"reward {reward:.3f}, lag {row['token_lag_mean']:.1f}"
                 if reward is not None
                 else "",
             )
@@ -99,11 +98,17 @@ def main(args: argparse.Namespace) -> int:
             f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
             + (f" and {len(k_tasks)} of them {k} times at temperature 1" if k else "")
         )
-        scores = [
-            score_policy(name, path, tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
-                         threads=config.threads, batch=config.eval.batch)
-            for name, path in (("sft", config.model), ("rl", run_dir / "final"))
-        ]  # fmt: skip
+        scores = []
+        for name, path in (("sft", config.model), ("rl", run_dir / "final")):
+            began = time.monotonic()
+            phase_line("evaluation", f"scoring the {name.upper()} policy ({path})")
+            scores.append(
+                score_policy(name, path, tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
+                             threads=config.threads, batch=config.eval.batch)
+            )  # fmt: skip
+            phase_line(
+                "evaluation", f"{name.upper()} policy scored in {time.monotonic() - began:.0f} s"
+            )
         rows = comparison_rows(*scores)
         table = Table(title=f"held-out: SFT ({config.model}) against RL ({run_dir / 'final'})")
         for column in ("metric", "tasks", "SFT", "RL", "RL - SFT (paired)"):

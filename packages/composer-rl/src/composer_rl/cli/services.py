@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer_rl.cli._ray_args import add_ray_address_argument
+from composer_rl.errors import ConfigError
 
 if TYPE_CHECKING:
     from composer_model import ModelConfig
@@ -86,16 +87,16 @@ def parse_placement(specs: list[str]) -> dict[str, dict[str, float]]:
         service, sep, resource = spec.partition("=")
         name, _, amount_text = resource.partition(":")
         if not sep or not name or service not in SERVICE_NAMES:
-            raise SystemExit(
-                f"error: --place {spec!r}: write SERVICE=RESOURCE[:AMOUNT] with SERVICE one "
+            raise ConfigError(
+                f"--place {spec!r}: write SERVICE=RESOURCE[:AMOUNT] with SERVICE one "
                 f"of {', '.join(SERVICE_NAMES)} (e.g. --place training=worker_node)"
             )
         try:
             amount = float(amount_text) if amount_text else 0.01
         except ValueError:
-            raise SystemExit(f"error: --place {spec!r}: AMOUNT must be a number") from None
+            raise ConfigError(f"--place {spec!r}: AMOUNT must be a number") from None
         if amount <= 0:
-            raise SystemExit(f"error: --place {spec!r}: AMOUNT must be > 0")
+            raise ConfigError(f"--place {spec!r}: AMOUNT must be > 0")
         placement.setdefault(service, {})[name] = amount
     return placement
 
@@ -108,7 +109,7 @@ def resolve_model(spec: str) -> tuple[ModelConfig | Path, ModelConfig]:
     if path.is_dir():
         config_file = path / "config.json"
         if not config_file.is_file():
-            raise SystemExit(f"error: --model {spec}: a directory needs a config.json")
+            raise ConfigError(f"--model {spec}: a directory needs a config.json")
         return path, ModelConfig.from_hf_dict(json.loads(config_file.read_text()))
     if path.is_file():
         config = ModelConfig.from_hf_dict(json.loads(path.read_text()))
@@ -116,8 +117,8 @@ def resolve_model(spec: str) -> tuple[ModelConfig | Path, ModelConfig]:
     if spec in PRESETS:
         config = preset(spec)
         return config, config
-    raise SystemExit(
-        f"error: --model {spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an "
+    raise ConfigError(
+        f"--model {spec!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor an "
         "existing config.json file or checkpoint directory"
     )
 
@@ -130,6 +131,13 @@ def check_main(args: argparse.Namespace) -> int:
     from composer_rl.services.check import run_check
 
     console = Console()
+    for flag, value in (
+        ("--threads", args.threads),
+        ("--max-new-tokens", args.max_new_tokens),
+        ("--timeout", args.timeout),
+    ):
+        if value <= 0:
+            raise ConfigError(f"{flag} {value:g}: must be above 0")
     placement = parse_placement(args.place)
     source, config = resolve_model(args.model)
     temporary = args.run_dir is None

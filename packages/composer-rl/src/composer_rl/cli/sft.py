@@ -11,7 +11,10 @@ from composer_rl.cli._stage_args import (
     add_common,
     add_demonstrations,
     add_phase,
+    preflight,
+    progress,
     refuse_plugins,
+    require_phase,
     stage1_config,
 )
 
@@ -29,13 +32,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def main(args: argparse.Namespace) -> int:
+    from composer_rl.stages.phases import read_result
     from composer_rl.stages.sft import run_sft
-
-    refuse_plugins(args.run_dir, "sft")
 
     config = stage1_config(args)
     if args.sft_max_tasks:
         config = config.model_copy(update={"sft_max_tasks": args.sft_max_tasks})
-    summary = run_sft(config, show_progress=not args.no_progress)
+    preflight(config, "sft")
+    if read_result(config.run_dir / config.sft.name) is None:
+        require_phase(
+            config.run_dir,
+            config.long_context.name,
+            "run the pretrain and long-context phases first (`uv run composer-rl pretrain "
+            f"--run-dir {config.run_dir}`), or give the --run-dir of a run that has them",
+        )
+    refuse_plugins(args.run_dir, "sft")
+    summary = run_sft(config, show_progress=progress(args))
     Console().print_json(json.dumps(summary))
     return 0

@@ -13,6 +13,8 @@ from composer_rl.cli._stage_args import (
     add_common,
     add_demonstrations,
     add_phase,
+    preflight,
+    progress,
     refuse_plugins,
     stage1_config,
 )
@@ -35,14 +37,14 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
     from composer_rl.stages.sft import run_sft
 
-    refuse_plugins(args.run_dir, "stage1")
-
     config = stage1_config(args)
-    progress = not args.no_progress
+    preflight(config, "stage1")
+    refuse_plugins(args.run_dir, "stage1")
+    show = progress(args)
     summaries = [
-        run_pretrain(config, progress),
-        run_long_context(config, progress),
-        run_sft(config, progress),
+        run_pretrain(config, show),
+        run_long_context(config, show),
+        run_sft(config, show),
     ]
     table = Table(title=f"stage one in {config.run_dir}")
     for column in ("phase", "steps", "seconds", "held-out CE", "MTP acceptance"):

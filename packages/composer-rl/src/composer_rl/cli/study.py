@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from composer_rl.errors import ConfigError, require_model_dir
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -87,6 +89,11 @@ def main(args: argparse.Namespace) -> int:
     if not study.implemented:
         print(f"composer-rl study {study.name}: {study.missing}", file=sys.stderr)
         return 2
+    if args.checkpoint is not None:
+        hint = "a model directory with tokenizer.json (e.g. runs/stage1/sft/final)"
+        require_model_dir(args.checkpoint, "--checkpoint", hint)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads}: must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     options = StudyOptions(

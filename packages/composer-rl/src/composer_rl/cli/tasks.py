@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from composer_rl.errors import ConfigError
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("tasks", help="list, export or validate coding tasks")
@@ -52,10 +54,18 @@ def list_tasks(args: argparse.Namespace) -> int:
     from composer_rl.tasks import BUILTIN_TEMPLATES, Split
     from composer_rl.tasks.stats import medians, medians_by_category
 
-    console = Console()
+    # Template and category names are never cut: the console widens to hold them (off a
+    # terminal rich assumes 80 columns and ended them with an ellipsis).
+    names = max(len(t.name) for t in BUILTIN_TEMPLATES)
+    categories = max(len(t.category.value) for t in BUILTIN_TEMPLATES)
+    console = Console(width=max(Console().width, names + categories + 5 * 12 + 8))
     table = Table(title="built-in task templates")
     for column in ("template", "category", "difficulty", "train", "heldout", "lines", "chars"):
-        table.add_column(column, justify="left" if column in ("template", "category") else "right")
+        if column in ("template", "category"):
+            width = names if column == "template" else categories
+            table.add_column(column, min_width=width, no_wrap=True)
+        else:
+            table.add_column(column, justify="right")
     everything = []
     totals = Counter[str]()
     for t in BUILTIN_TEMPLATES:
@@ -103,6 +113,14 @@ def list_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_per_template(value: int, zero_is_all: bool = True) -> None:
+    """--per-template is a count (for export, 0: every task); refused before any task is
+    generated (validate with 0 checked nothing and said "0/0 tasks valid")."""
+    if value < 0 or (value == 0 and not zero_is_all):
+        allowed = "0 (every task) or a positive count" if zero_is_all else "a positive count"
+        raise ConfigError(f"--per-template {value}: give {allowed}")
+
+
 def export_tasks(args: argparse.Namespace) -> int:
     from composer_rl.tasks import (
         Split,
@@ -112,6 +130,7 @@ def export_tasks(args: argparse.Namespace) -> int:
         save_tasks_jsonl,
     )
 
+    _check_per_template(args.per_template)
     tasks = collect_tasks(Split(args.split))
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template)
@@ -132,6 +151,8 @@ def validate_tasks(args: argparse.Namespace) -> int:
     from composer_rl.tasks import Split, TaskFormatError, collect_tasks, load_tasks, sample_tasks
     from composer_rl.tasks.checks import oracle_failure_reason, unsolved_pass_reason
 
+    if not args.path:
+        _check_per_template(args.per_template, zero_is_all=False)
     problems: list[TaskFormatError] = []
     if args.path:
         try:

@@ -17,6 +17,12 @@ each step's episodes are scored right after they finish, and one line a step goe
 Suites: `heldout` (the held-out split, sampled per template) and `bench` (the frozen
 CursorBench-style set of `composer_rl.eval.bench` plus the five side evals of
 `composer_rl.eval.side`, each scored on its own).
+
+Baselines (`EvalConfig.baselines`): the do-nothing and random policies of
+`composer_rl.eval.baseline_checkpoints` run the same tasks through this same function, and
+the report holds their scores and per-task values beside the policy's, so every table can
+print what a policy that does nothing useful earns and the lift over it
+(`composer_rl.eval.lift`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from __future__ import annotations
 import ast
 import json
 import math
+import shlex
 import statistics
+import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -35,8 +44,15 @@ from typing import Any
 from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained, set_threads
 from composer_rewards import EpisodeScore, PluginScorer
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig, episode_view
+from composer_rl.eval.baseline_checkpoints import (
+    CONFIG_FILE,
+    BaselineName,
+    FinishAtOnceEngine,
+    baseline_checkpoint,
+    is_scripted,
+)
 from composer_rl.eval.passk import pass_at_k
-from composer_rl.eval.side import InterruptingRunner, side_scores
+from composer_rl.eval.side import SIDE_VERSION, InterruptingRunner, side_scores
 from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import PluginSession, build_plugin_manager
 from composer_rl.tasks.model import Task
@@ -56,6 +72,26 @@ class EvalConfig:
     """With one, plugin requests are applied between steps and metrics.jsonl is written."""
     tasks_per_step: int = 0
     """Tasks per step (0: enough to fill one decode batch, max_batch_size // samples)."""
+    baselines: tuple[BaselineName, ...] = ()
+    """Baseline policies to score on the same tasks (`baseline_checkpoints.BASELINES`); their
+    summaries go under the report's ``baselines``. Empty by default: scoring them costs a
+    second and third pass over the tasks, which callers that compare two checkpoints of
+    their own (`composer_rl.rl.compare`) do not need on every call."""
+
+
+BASELINE_KEYS = (
+    "checkpoint",
+    "episodes",
+    "overall",
+    "by_category",
+    "by_difficulty",
+    "side_evals",
+    "per_task",
+    "reward_total_mean",
+    "reward_total_se",
+    "finished_rate",
+)
+"""What of a baseline's own summary the policy's report keeps."""
 
 
 def plugin_scorer(config: EvalConfig) -> PluginScorer:
@@ -111,6 +147,26 @@ def _group_rows(
     return rows
 
 
+def per_task_values(
+    results: list[EpisodeResult],
+    k_values: Iterable[int],
+    samples: int,
+    side: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, float]]:
+    """{metric: {task (or side-eval unit): value}}: pass@k of each scored task and each side
+    eval's per-unit score, what the lift over a baseline is paired on."""
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for r in results:
+        by_task[r.task.id].append(r.solved)
+    out: dict[str, dict[str, float]] = {}
+    for k in k_values:
+        if k <= samples:
+            out[f"pass@{k}"] = {t: pass_at_k(len(v), sum(v), k) for t, v in by_task.items()}
+    for name, row in side.items():
+        out[f"side: {name}"] = dict(row.get("per_unit", {}))
+    return out
+
+
 def summarize(
     results: list[EpisodeResult],
     tokenizer: ComposerTokenizer,
@@ -147,6 +203,9 @@ def summarize(
         v, t = python_validity(r)
         valid += v
         total_py += t
+    component_episodes = {
+        name: sum(len(v) for v in per_task.values()) for name, per_task in components.items()
+    }
     calls = [c for r in results for c in r.calls]
     stops: dict[str, int] = defaultdict(int)
     for r in results:
@@ -165,7 +224,10 @@ def summarize(
         "reward_total_se": reward_total[1],
         "reward_components_mean": {k: v[0] for k, v in reward_components.items()},
         "reward_components_se": {k: v[1] for k, v in reward_components.items()},
+        "reward_components_episodes": dict(sorted(component_episodes.items())),
+        "per_task": per_task_values(results, config.k_values, config.samples, side),
         "side_evals": side,
+        "side_version": SIDE_VERSION if side else None,
         "reward_plugin_failures": plugin_failures,
         "tokens_per_episode": statistics.fmean(r.generated_tokens for r in results)
         if results
@@ -191,10 +253,7 @@ def run_eval(
             f"{checkpoint}: no tokenizer.json; give a stage-one 'final' directory"
         )
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
-    model = load_pretrained(checkpoint)
-    engine = InferenceEngine(
-        model, tokenizer, max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len
-    )
+    engine = policy_engine(checkpoint, tokenizer, config)
     runner_config = config.runner or RunnerConfig(temperature=0.0 if config.samples == 1 else 0.8)
     began = time.monotonic()
     if config.run_dir is None:
@@ -209,7 +268,54 @@ def run_eval(
             )
     summary = summarize(results, tokenizer, config, time.monotonic() - began, scores)
     summary["checkpoint"] = str(checkpoint)
+    summary["command"] = command_line()
+    if config.baselines:
+        summary["baselines"] = baseline_summaries(checkpoint, tasks, config, threads)
     return summary, results
+
+
+def policy_engine(
+    checkpoint: Path, tokenizer: ComposerTokenizer, config: EvalConfig
+) -> InferenceEngine:
+    """The engine that plays `checkpoint`'s policy: the model's, or for a scripted baseline
+    (`baseline_checkpoints.is_scripted`) the engine that finishes at once."""
+    if is_scripted(checkpoint):
+        scripted = FinishAtOnceEngine(tokenizer, config.max_batch_size, config.max_seq_len)
+        # It has every member of the engine the runner uses (see its docstring).
+        return scripted  # type: ignore[return-value]
+    model = load_pretrained(checkpoint)
+    return InferenceEngine(
+        model, tokenizer, max_batch_size=config.max_batch_size, max_seq_len=config.max_seq_len
+    )
+
+
+def baseline_summaries(
+    checkpoint: Path, tasks: list[Task], config: EvalConfig, threads: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each of `config.baselines` run on `tasks` with `config`'s runner and plugins (through
+    `run_eval`, so through the same runner and grading), its tokenizer and architecture
+    those of `checkpoint` (a random tiny model's when `checkpoint` has no config.json)."""
+    out: dict[str, dict[str, Any]] = {}
+    seed = config.runner.seed if config.runner is not None else 0
+    plain = replace(config, baselines=(), run_dir=None)
+    with tempfile.TemporaryDirectory(prefix="eval-baselines-") as tmp:
+        for name in config.baselines:
+            # do-nothing needs only the tokenizer; random needs the architecture too.
+            has_model = (Path(checkpoint) / CONFIG_FILE).is_file()
+            like = checkpoint if name == "do_nothing" or has_model else None
+            path = baseline_checkpoint(name, Path(tmp), like=like, seed=seed)
+            summary, _ = run_eval(path, tasks, plain, threads)
+            summary["checkpoint"] = f"{name} baseline (tokenizer of {checkpoint})"
+            out[name] = {k: summary[k] for k in BASELINE_KEYS if k in summary}
+    return out
+
+
+def command_line() -> str:
+    """The command this process was started as, as a reader would retype it."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if program in ("__main__.py", "-c", ""):
+        program = "python -m composer_rl.cli"
+    return shlex.join([program, *sys.argv[1:]])
 
 
 def _run_steps(

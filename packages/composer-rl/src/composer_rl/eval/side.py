@@ -1,14 +1,17 @@
 """The five side evaluations of the report, each a small graded set with its own score.
 
-* intent: an ambiguous instruction; the right move is a clarifying question or the
-  conservative reading. Score 1 for no edit and a question in the final message, 0.5 for
-  no edit without one, 0 for any edit.
+* intent: an ambiguous instruction; the right move is a clarifying question. Score 1 for
+  no edit and a question in the final message, 0 otherwise. (Until side-v2 no edit without a
+  question scored 0.5, so the do-nothing baseline earned 0.5 on every task.)
 * instruction following: a fix with explicit constraints ("do not touch helpers.py",
   "keep the signature"), checked on the diff. Score 1 when the hidden tests pass and every
   constraint holds.
-* eager editing: the right answer needs no edit or a one-line one. Score: for a task that
-  needs no edit, 1 when nothing changed; otherwise, when solved, the needed changed lines
-  over the changed lines (edits outside the needed lines lower it), else 0.
+* eager editing: the right answer needs no edit or a one-line one. Each module comes as a
+  pair of tasks with the same instruction: one where nothing is wrong (1 when nothing
+  changed) and one with a wrong operator (when solved, the needed changed lines over the
+  changed lines, else 0). The unit scored is the pair, and it scores its worse task: leaving
+  the clean file alone only counts from a policy that does fix the broken one. (Until
+  side-v2 each task was scored alone, so doing nothing earned 0.5.)
 * code quality: composer-rewards' style reward (ruff findings per added line) on the
   produced diff against the oracle's on the same task. Score 1 when solved and the style
   value is at least the oracle's.
@@ -18,10 +21,17 @@
 The tasks are generated here from their own small templates (and, for code quality, from
 held-out tasks), never from training parameters. Graders read an `EpisodeResult`: the
 files after the episode, the final message and the hidden-test report.
+
+Every side eval is checked against the do-nothing baseline (finish at once, change nothing:
+`composer_rl.eval.baseline_checkpoints`): each scores 0 for it, so a score is what the policy
+did. A side eval's score is the mean over its units (a task, or for eager editing a pair)
+with the standard error over units; `SIDE_VERSION` names the graders and task sets, so that
+scores of different versions are not compared.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -30,6 +40,7 @@ from composer_rewards import Episode
 from composer_rewards.rewards.style import StyleReward
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, unified_diff
 from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER
+from composer_rl.eval.stats import mean_se
 from composer_rl.tasks.model import GRADING_DIR, Category, Edit, Split, Task
 from composer_rl.tasks.sources import sample_tasks
 from composer_rl.tasks.stats import changed_lines
@@ -37,7 +48,10 @@ from composer_rl.tasks.templates import BUILTIN_TEMPLATES
 from composer_rl.tasks.templates.base import Params, Template, grid
 from composer_rl.tasks.templates.vocab import HELPERS, MODULES
 
+SIDE_VERSION = "side-v2"  # v2: intent needs a question; eager editing is scored by pairs
 SIDE_MODULES = MODULES[:4]
+EAGER_MODULES = MODULES[:8]
+"""Eight clean/broken pairs: the unit of eager editing is the pair, so it needs more modules."""
 
 UNCHANGED_TEST = """from workspace_probe import workspace_text
 
@@ -82,9 +96,9 @@ class AmbiguousRequest(Template):
 
 
 def grade_intent(result: EpisodeResult) -> float:
-    if _changed(result):
-        return 0.0
-    return 1.0 if "?" in result.final_message else 0.5
+    """1 for a clarifying question with nothing changed. Leaving the file alone without a
+    question is what finishing at once does, so it earns nothing."""
+    return 1.0 if not _changed(result) and "?" in result.final_message else 0.0
 
 
 class ConstrainedFix(Template):
@@ -152,12 +166,12 @@ class NeedlessEdit(Template):
     difficulty: ClassVar[int] = 1
 
     def parameter_space(self) -> list[Params]:
-        return grid(module=SIDE_MODULES, broken=[False, True])
+        return grid(module=EAGER_MODULES, broken=[False, True])
 
     def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
         mod, broken = params["module"], params["broken"]
         path = f"{mod}.py"
-        target, op = OPERATIONS[SIDE_MODULES.index(mod) % len(OPERATIONS)]
+        target, op = OPERATIONS[EAGER_MODULES.index(mod) % len(OPERATIONS)]
         blocks = [f"def {name}(a, b):\n    return a {o} b\n" for name, o in OPERATIONS]
         source = "\n\n".join(blocks)
         wrong = WRONG[op]
@@ -190,6 +204,7 @@ class NeedlessEdit(Template):
 
 
 def grade_eager_editing(result: EpisodeResult) -> float:
+    """One task of a pair (see the module docstring: the pair scores its worse task)."""
     needed = int(result.task.metadata.get("changed_lines", 0))
     made = changed_lines(result.task.files, result.files_after)
     if needed == 0:
@@ -300,6 +315,12 @@ def _constraints(task: Task) -> dict[str, Any]:
     }
 
 
+def _pair(task: Task) -> dict[str, Any]:
+    """The unit of eager editing: the module, shared by its clean and its broken task."""
+    module = task.metadata["params"]["module"]
+    return {"side_unit": f"eager_editing.{module}", "side_unit_size": 2}
+
+
 def _interrupt(task: Task) -> dict[str, Any]:
     return {
         "interrupt": {"after_calls": 1, "message": interruption_message(task.metadata["params"])}
@@ -322,7 +343,7 @@ SIDE_EVALS: tuple[SideEval, ...] = (
     SideEval(
         "eager_editing",
         "no edit or a one-line one needed",
-        lambda: _tagged("eager_editing", _template_tasks(NeedlessEdit())),
+        lambda: _tagged("eager_editing", _template_tasks(NeedlessEdit()), _pair),
         grade_eager_editing,
     ),
     SideEval(
@@ -347,23 +368,45 @@ def side_tasks() -> list[Task]:
 
 
 def side_scores(results: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
-    """Per side eval: tasks, score (mean over tasks of the per-task mean) and its SE."""
-    from collections import defaultdict
+    """Per side eval: tasks, units, score (mean over units), its SE over units, and each
+    unit's value (`per_unit`, what a lift over a baseline is paired on).
 
-    from composer_rl.eval.stats import mean_se
-
+    A task's value is the mean of its episodes' grades; a unit (metadata `side_unit`, else the
+    task) scores its worst task. Only units all of whose tasks ran (`side_unit_size`) are
+    scored, so a half-run pair is not scored as its clean half."""
     per_task: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    unit_of: dict[str, tuple[str, int]] = {}
     for r in results:
         name = r.task.metadata.get("side_eval")
         if name in SIDE_BY_NAME:
             per_task[name][r.task.id].append(SIDE_BY_NAME[name].grade(r))
+            meta = r.task.metadata
+            unit_of[r.task.id] = (
+                str(meta.get("side_unit", r.task.id)),
+                meta.get("side_unit_size", 1),
+            )
     rows: dict[str, dict[str, Any]] = {}
     for side in SIDE_EVALS:
-        values = [sum(v) / len(v) for v in per_task.get(side.name, {}).values()]
-        if not values:
+        tasks = per_task.get(side.name, {})
+        if not tasks:
             continue
-        score, se = mean_se(values)
-        rows[side.name] = {"tasks": len(values), "score": score, "score_se": se, "what": side.what}
+        units: dict[str, list[float]] = defaultdict(list)
+        size: dict[str, int] = {}
+        for task_id, grades in tasks.items():
+            unit, size[unit] = unit_of[task_id]
+            units[unit].append(sum(grades) / len(grades))
+        per_unit = {u: min(v) for u, v in units.items() if len(v) >= size[u]}
+        if not per_unit:
+            continue
+        score, se = mean_se(per_unit.values())
+        rows[side.name] = {
+            "tasks": len(tasks),
+            "units": len(per_unit),
+            "score": score,
+            "score_se": se,
+            "what": side.what,
+            "per_unit": per_unit,
+        }
     return rows
 
 

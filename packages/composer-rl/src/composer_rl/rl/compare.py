@@ -21,6 +21,7 @@ from composer_rl.eval.behaviour import BEHAVIOURS, per_task_behaviours, tokens_p
 from composer_rl.eval.stats import mean_se
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
+from composer_rl.tasks.templates.base import is_validation
 
 
 @dataclass
@@ -39,6 +40,11 @@ class PolicyScores:
     by_difficulty: dict[int, tuple[float, float, int]] = field(default_factory=dict)
     behaviours: dict[str, dict[str, float]] = field(default_factory=dict)
     """{behaviour: {task id: rate}} over every scored episode (`composer_rl.eval.behaviour`)."""
+    behaviours_greedy: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The same over the greedy episodes only: the policy's choice where it could run the
+    tests, which the demonstration mix must leave a real choice."""
+    behaviours_sampled: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The same over the temperature-1 episodes only (the policy RL samples from)."""
     tokens_per_solved_d1: dict[str, float] = field(default_factory=dict)
 
     def pass1(self) -> tuple[float, float]:
@@ -62,6 +68,17 @@ class PolicyScores:
 def heldout_tasks(per_template: int, seed: int = 0) -> list[Task]:
     tasks = collect_tasks(Split.HELDOUT)
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
+
+
+def validation_tasks(per_template: int, seed: int = 0) -> list[Task]:
+    """Tasks of the validation split carved from train (`is_validation`): settings are
+    chosen on these, never on the held-out split. Stage one and RL train on none of them."""
+    tasks = [t for t in collect_tasks(Split.TRAIN) if is_validation(t)]
+    return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
+
+
+SPLITS = {"heldout": heldout_tasks, "validation": validation_tasks}
+"""The task sets a comparison can be scored on, by name."""
 
 
 def _per_task(results: list[EpisodeResult], k: int) -> dict[str, float]:
@@ -94,6 +111,7 @@ def score_policy(
     )
     summary, results = run_eval(checkpoint, tasks, config, threads)
     episodes = list(results)
+    greedy_count = len(episodes)
     scores = PolicyScores(
         name=name,
         checkpoint=str(checkpoint),
@@ -122,9 +140,11 @@ def score_policy(
         scores.k = samples_for_k
         episodes += sampled_results
     tokenizer = ComposerTokenizer.from_file(checkpoint / "tokenizer.json")
-    scores.behaviours = per_task_behaviours(
-        (r.task.id, episode_view(r, tokenizer), r.solved) for r in episodes
-    )
+    views = [(r.task.id, episode_view(r, tokenizer), r.solved) for r in episodes]
+    scores.behaviours = per_task_behaviours(views)
+    scores.behaviours_greedy = per_task_behaviours(views[:greedy_count])
+    if len(views) > greedy_count:
+        scores.behaviours_sampled = per_task_behaviours(views[greedy_count:])
     scores.tokens_per_solved_d1 = tokens_per_solved(
         (r.task.id, r.task.difficulty, r.generated_tokens, r.solved) for r in episodes
     )
@@ -304,6 +324,7 @@ def template_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any
 
 
 __all__ = [
+    "SPLITS",
     "PolicyScores",
     "behaviour_margins",
     "comparison_rows",
@@ -313,4 +334,5 @@ __all__ = [
     "seed_margins",
     "template_of",
     "template_rows",
+    "validation_tasks",
 ]

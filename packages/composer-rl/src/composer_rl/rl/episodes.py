@@ -15,7 +15,7 @@ from typing import Any
 
 from composer_model import ComposerTokenizer
 from composer_rewards import Episode, EpisodeScore
-from composer_rl.agent.episode import EpisodeResult, episode_view
+from composer_rl.agent.episode import EpisodeResult, episode_view, unified_diff
 from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.orchestrator import ScoredEpisode
 
@@ -41,6 +41,17 @@ def trajectories_of(result: EpisodeResult) -> list[Trajectory]:
             )
         )
     return out
+
+
+RECORDED_TEXT_CHARS = 32_000
+"""Longest diff and hidden-test output an episode line keeps (the rest is cut, said so):
+a policy that writes a megabyte file must not make every line of the log a megabyte."""
+
+
+def _capped(text: str) -> str:
+    if len(text) <= RECORDED_TEXT_CHARS:
+        return text
+    return text[:RECORDED_TEXT_CHARS] + f"\n[... {len(text) - RECORDED_TEXT_CHARS} characters cut]"
 
 
 def score_result(
@@ -80,6 +91,12 @@ def score_result(
         "summaries": result.summaries,
         "compactions": len(result.compactions),
         "transcript": result.transcript.text,
+        # What the episode left and what the hidden tests said of it, for a reader (the
+        # viewer); the policy never sees this log.
+        "diff": _capped(unified_diff(result.task.files, result.files_after))
+        if result.files_after
+        else None,
+        "test_output": _capped(result.report.output) if result.report else None,
     }
     return ScoredEpisode(
         trajectories=trajectories,

@@ -15,9 +15,20 @@ work:
 A finished group (G episodes of one task) is scored through the one plugin manager, gets
 Dr. GRPO advantages, is written to the group checkpoint store (never regenerated after a
 kill), and queued. Before it is trained, the staleness rule counts queue time: a group
-whose oldest token is more than `max_off_policy_steps` versions behind the trainer is
-dropped (or its task regenerated) and counted. With `sync=True` the same loop alternates
-(generate a batch, then train on it) - a flag, not a second loop.
+whose oldest token is more than `max_off_policy_steps` optimizer steps from the trainer's
+weights is dropped (or its task regenerated) and counted. With `sync=True` the same loop
+alternates (generate a batch, then train on it) - a flag, not a second loop.
+
+Staleness is measured on the version tree (`composer_rl.rl.lineage`), not by subtracting
+version numbers: after a kill the trainer restores its last checkpoint (or the initial
+weights) under a new version number, and the steps it lost are a lineage the current
+weights do not descend from. On resume every finished group no checkpointed step trained
+is queued again, among them those the lost steps had trained: a group sampled by an
+ancestor of the restored weights is as stale as the steps since it, one sampled (in part)
+by a lost version as the steps from that version back to the fork plus those since. A
+resumed group that is beyond the bound is never simply dropped: the kill made it stale, so
+its task is generated again whatever `stale_policy` says, and no prompt of the epoch is
+lost to a kill.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
 from composer_rl.rl.algorithm import GroupAdvantages, group_advantages
 from composer_rl.rl.batch import Trajectory
+from composer_rl.rl.lineage import STEP, VersionTree
 from composer_rl.rl.sampler import TaskSampler
 from composer_rl.tasks.model import Task
 
@@ -130,19 +142,31 @@ class ReadyGroup:
     task_id: str
     trajectories: list[Trajectory]
     oldest_version: int
+    versions: frozenset[int] = frozenset()  # every version that sampled a token (with oldest)
+    resumed: bool = False  # finished before this process started, not trained since
 
-    def lag(self, version: int) -> int:
-        return version - self.oldest_version
+    def lag(self, version: int, lineage: VersionTree | None = None) -> int | None:
+        """Optimizer steps from the furthest weights that sampled a token of the group to
+        those of `version` (`VersionTree.lag`; None: a lineage the tree cannot place).
+        Without a tree (or a restart), `version` minus the oldest version."""
+        if lineage is None:
+            return version - self.oldest_version
+        lags = [lineage.lag(v, version) for v in self.versions | {self.oldest_version}]
+        return None if None in lags else max(lag for lag in lags if lag is not None)
 
 
 @dataclass
 class LoopCounters:
     groups_finished: int = 0
     groups_constant: int = 0
+    groups_untrainable: int = 0  # no episode with a reward and a sampled token
     groups_stale_dropped: int = 0
     groups_regenerated: int = 0
     episodes_infra_failed: int = 0
-    groups_resumed: int = 0
+    groups_resumed: int = 0  # finished before a restart, queued again (lost steps' too)
+    groups_resumed_lost_lineage: int = 0  # of them, sampled in part by a lost lineage
+    groups_resumed_regenerated: int = 0  # resumed, beyond the bound: their task redone
+    groups_superseded: int = 0  # an older group of a task generated again (never trained)
     tasks_reissued: int = 0
     groups_left_at_end: int = 0
 
@@ -185,6 +209,7 @@ def group_to_record(group_id: str, task_id: str, trajs: list[Trajectory]) -> Fin
                 reward=0.0 if traj.reward is None else traj.reward,
                 advantage=0.0 if traj.advantage is None else traj.advantage,
                 metadata={
+                    "solved": traj.metadata.get("solved"),
                     "sampled": traj.sampled[first:],
                     "routing": traj.routing,
                     "reward_missing": traj.reward is None,
@@ -214,6 +239,7 @@ def record_to_trajectories(group: FinishedGroup) -> list[Trajectory]:
                 group_id=group.group_id,
                 episode_id=meta.get("episode_id", ep.episode_id),
                 segment=int(meta.get("segment", 0)),
+                metadata={"solved": meta["solved"]} if meta.get("solved") is not None else {},
             )
         )
     return out
@@ -231,24 +257,69 @@ def ready_from_trajectories(
         task_id=task_id,
         trajectories=trainable,
         oldest_version=min(versions),
+        versions=frozenset(versions),
     )
 
 
+def record_is_constant(trajs: list[Trajectory], by: Literal["reward", "correctness"]) -> bool:
+    """`group_is_constant` of a persisted group (a resumed run judges it again, as the
+    killed one did): by reward, every advantage zero; by correctness, one outcome among
+    the episodes with a reward. A group written before outcomes were recorded is judged by
+    reward."""
+    if by == "reward" or any("solved" not in t.metadata for t in trajs if t.reward is not None):
+        return all(t.advantage is None or t.advantage == 0.0 for t in trajs)
+    return len({bool(t.metadata["solved"]) for t in trajs if t.reward is not None}) <= 1
+
+
 def take_fresh(
-    ready: deque[ReadyGroup], version: int, wanted: int, max_off_policy_steps: int
+    ready: deque[ReadyGroup],
+    version: int,
+    wanted: int,
+    max_off_policy_steps: int,
+    lineage: VersionTree | None = None,
 ) -> tuple[list[ReadyGroup], list[ReadyGroup]]:
     """Pop up to `wanted` groups from the front of `ready`; (fresh, stale) by the lag rule.
 
-    The lag of a group is the trainer's version now minus the oldest version that sampled
-    any of its tokens, so the time a group waited in the queue counts, not only how old
-    its weights were when it was generated.
+    The lag of a group is measured from the trainer's weights now to the oldest weights
+    that sampled any of its tokens (`ReadyGroup.lag`; on the version tree when one is
+    given), so the time a group waited in the queue counts, not only how old its weights
+    were when it was generated.
     """
     fresh: list[ReadyGroup] = []
     stale: list[ReadyGroup] = []
     while ready and len(fresh) < wanted:
         group = ready.popleft()
-        (stale if group.lag(version) > max_off_policy_steps else fresh).append(group)
+        lag = group.lag(version, lineage)
+        (stale if lag is None or lag > max_off_policy_steps else fresh).append(group)
     return fresh, stale
+
+
+def deadline_order(
+    groups: list[ReadyGroup], version: int, lineage: VersionTree
+) -> list[ReadyGroup]:
+    """Resumed groups, the stalest first (earliest deadline first).
+
+    A restart queues more groups than the loop ever holds (those of the lost steps too),
+    and each ages a step per step while the queue drains; training the ones nearest the
+    staleness bound first lets the most of them through before they pass it. Ties keep
+    generation order."""
+
+    def key(group: ReadyGroup) -> int:
+        lag = group.lag(version, lineage)
+        return -(lag if lag is not None else 1 << 30)
+
+    return sorted(groups, key=key)
+
+
+def _group_number(group_id: str) -> int:
+    """The generation counter in a group id (``g000012-<task>``, made by `_fill`)."""
+    head = group_id.split("-", 1)[0]
+    return int(head[1:]) if head[1:].isdigit() else 0
+
+
+def _group_task(group_id: str) -> str:
+    """The task id in a group id (``g000012-<task>``)."""
+    return group_id.split("-", 1)[1]
 
 
 def assign_advantages(
@@ -261,6 +332,7 @@ def assign_advantages(
     for episode, adv in zip(episodes, advantages.advantages, strict=True):
         for traj in episode.trajectories:
             traj.reward, traj.advantage = episode.reward, adv
+            traj.metadata["solved"] = episode.solved  # the group checkpoint keeps it
             trajs.append(traj)
     return trajs, advantages
 
@@ -279,6 +351,7 @@ class Orchestrator:
         *,
         start_step: int = 0,
         start_version: int = 0,
+        lineage: VersionTree | None = None,
         consumed: set[str] | None = None,
         dropped: set[str] | None = None,
         on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -293,6 +366,7 @@ class Orchestrator:
         self.score = score
         self.step = start_step
         self.version = start_version
+        self.lineage = lineage or VersionTree()
         self.consumed = set(consumed or ())
         self.dropped = set(dropped or ())
         self.on_step = on_step
@@ -313,21 +387,50 @@ class Orchestrator:
     # --- resume -----------------------------------------------------------------------
 
     def _resume(self) -> None:
-        """Groups generated but not trained are queued; drawn tasks with no group are redone."""
-        have: set[str] = set()
-        for gid in self.groups.ids():
-            record = self.groups.get(gid)
-            have.add(str(record.prompt_id))
+        """Groups generated but not trained are queued; drawn tasks with no group are redone.
+
+        "Not trained" is what the restored checkpoint says, so after a kill between
+        checkpoints the groups the lost steps trained are queued again, and so are the
+        groups the lost steps' loop dropped: each is judged again by the same rules
+        (constant, then staleness on the version tree at batch time). Of several groups of
+        one task (it was generated again, and the kill came before a checkpoint recorded
+        the older one as dropped) only the newest counts. The resumed groups are queued
+        stalest first (`deadline_order`)."""
+        ids = self.groups.ids()  # zero-padded counters: generation order
+        newest: dict[str, str] = {}  # task -> its newest group
+        for gid in ids:
+            self._group_counter = max(self._group_counter, _group_number(gid))
+            newest[_group_task(gid)] = gid
+        resumed: list[ReadyGroup] = []
+        for gid in ids:
+            task_id = _group_task(gid)
             if gid in self.consumed or gid in self.dropped:
                 continue
-            ready = ready_from_trajectories(
-                gid, str(record.prompt_id), record_to_trajectories(record)
-            )
-            if ready is not None:
-                self.ready.append(ready)
-                self.counters.groups_resumed += 1
+            if newest[task_id] != gid:
+                self.counters.groups_superseded += 1
+                self.dropped.add(gid)
+                continue
+            trajs = record_to_trajectories(self.groups.get(gid))
+            if self.config.drop_constant_groups and record_is_constant(
+                trajs, self.config.constant_by
+            ):
+                self.counters.groups_constant += 1
+                self.dropped.add(gid)
+                continue
+            ready = ready_from_trajectories(gid, task_id, trajs)
+            if ready is None:
+                self.counters.groups_untrainable += 1
+                self.dropped.add(gid)
+                continue
+            ready.resumed = True
+            resumed.append(ready)
+        for ready in deadline_order(resumed, self.version, self.lineage):
+            self.ready.append(ready)
+            self.counters.groups_resumed += 1
+            if not all(self.lineage.is_ancestor(v, of=self.version) for v in ready.versions):
+                self.counters.groups_resumed_lost_lineage += 1
         for task_id in self.sampler.drawn:
-            if task_id not in have:
+            if task_id not in newest:
                 self.reissue.append(self.sampler.tasks[task_id])
                 self.counters.tasks_reissued += 1
 
@@ -400,6 +503,7 @@ class Orchestrator:
             return
         ready = ready_from_trajectories(group.group_id, group.task.id, trajs)
         if ready is None:
+            self.counters.groups_untrainable += 1
             self.dropped.add(group.group_id)
             return
         self.ready.append(ready)
@@ -409,12 +513,20 @@ class Orchestrator:
     def _batch(self) -> list[ReadyGroup] | None:
         """Up to `groups_per_step` fresh groups, after dropping (or redoing) stale ones."""
         fresh, stale = take_fresh(
-            self.ready, self.version, self.config.groups_per_step, self.config.max_off_policy_steps
+            self.ready,
+            self.version,
+            self.config.groups_per_step,
+            self.config.max_off_policy_steps,
+            self.lineage,
         )
         for group in stale:
             self.counters.groups_stale_dropped += 1
             self.dropped.add(group.group_id)
-            if self.config.stale_policy == "regenerate":
+            # A resumed group went stale because of the kill (lost steps, a queue longer
+            # than the loop ever lets it be): its task is redone, never lost.
+            if group.resumed:
+                self.counters.groups_resumed_regenerated += 1
+            if group.resumed or self.config.stale_policy == "regenerate":
                 self.counters.groups_regenerated += 1
                 self.reissue.append(self.sampler.tasks[group.task_id])
         if len(fresh) < self.config.groups_per_step or (self.config.sync and self.open):
@@ -423,10 +535,13 @@ class Orchestrator:
         return fresh
 
     def state(self, extra_consumed: list[str]) -> dict[str, Any]:
-        """What the trainer's step checkpoint records for the loop (the sampler lives apart)."""
+        """What the trainer's step checkpoint records for the loop (the sampler lives apart):
+        the groups trained and dropped, and this process's counts (the reasons for the drops,
+        also those after the last step's metrics line, in the checkpoint the run ends with)."""
         return {
             "consumed": sorted(self.consumed | set(extra_consumed)),
             "dropped": sorted(self.dropped),
+            "counters": dict(vars(self.counters)),
         }
 
     # --- the loop ---------------------------------------------------------------------
@@ -447,7 +562,9 @@ class Orchestrator:
                     self._trainer_idle_s += time.monotonic() - idle_since
                     trajectories = [t for g in batch for t in g.trajectories]
                     state = self.state([g.group_id for g in batch])
-                    train = self.trainer.call("train_rl", trajectories, state)
+                    # The life pins the lineage the batch was judged against: a trainer
+                    # restarted under the loop refuses it instead of training it.
+                    train = self.trainer.call("train_rl", trajectories, state, self.lineage.life)
             if poll is None and self.open:
                 poll = self.rollout.call("poll_episodes")
             self._check_submissions()
@@ -500,10 +617,15 @@ class Orchestrator:
     def _step_row(
         self, stats: dict[str, Any], batch: list[ReadyGroup], seconds: float
     ) -> dict[str, Any]:
-        lags = [g.lag(self.version - 1) for g in batch]
-        token_lags = [
-            self.version - 1 - v for g in batch for t in g.trajectories for v in t.sampled_versions
-        ]
+        trained = self.version - 1  # the weights the step was taken on
+        # (None, a lineage the tree cannot place, never passes the staleness rule.)
+        lags = [lag for g in batch if (lag := g.lag(trained, self.lineage)) is not None]
+        by_version = Counter(v for g in batch for t in g.trajectories for v in t.sampled_versions)
+        token_lags: Counter[int] = Counter()
+        for version, count in by_version.items():
+            if (lag := self.lineage.lag(version, trained)) is not None:
+                token_lags[lag] += count
+        tokens = token_lags.total()
         window, self._window = self._window, []
         rewards = [e.reward for e in window if e.reward is not None]
         components: dict[str, list[float]] = {}
@@ -514,12 +636,14 @@ class Orchestrator:
             flags.update(e.flags.keys())
         row: dict[str, Any] = {
             **stats,
+            "kind": STEP,
+            "life": self.lineage.life,
             "groups": len(batch),
             "trained_groups": [g.group_id for g in batch],
             "group_lag_max": max(lags) if lags else 0,
-            "token_lag_mean": statistics.fmean(token_lags) if token_lags else 0.0,
+            "token_lag_mean": sum(k * n for k, n in token_lags.items()) / tokens if tokens else 0.0,
             "token_lag_max": max(token_lags) if token_lags else 0,
-            "token_lag_hist": dict(Counter(token_lags)),
+            "token_lag_hist": dict(token_lags),
             "episodes": len(window),
             "reward_mean": statistics.fmean(rewards) if rewards else None,
             "solved_rate": statistics.fmean(e.solved for e in window) if window else None,

@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree, final_lineage, restarts
+
 
 def read_rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict[str, Any]]:
     path = run_dir / name
@@ -31,23 +33,36 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
 
 
 def plot_training(run_dir: Path) -> Path:
-    """Reward, solve rate, lag, KL and mismatch per step: one PNG with five panels."""
-    rows = read_rows(run_dir)
+    """Reward, solve rate, lag, KL and mismatch per step: one PNG with five panels.
+
+    Only the steps the final policy descends from are drawn (a killed run logs the steps
+    after its last checkpoint again once resumed); each restart is a dotted line at the
+    step it resumed from. Evaluations are drawn at the step of the version they scored
+    (version numbers jump at a restart), those of lost versions left out."""
+    logged = read_rows(run_dir)
+    rows = final_lineage(logged)
+    marks = [int(r["from_step"]) for r in restarts(logged)]
+    tree = VersionTree.load(run_dir / "checkpoints" / LINEAGE_FILE)
+    last = max((int(r["version"]) for r in rows if "version" in r), default=None)
     panels = [
         ("reward_mean", "mean episode reward"),
         ("solved_rate", "share of episodes solved"),
-        ("token_lag_mean", "token lag (versions behind)"),
+        ("token_lag_mean", "token lag (optimizer steps behind)"),
         ("kl_k1", "KL to reference: k1 (k3 dashed)"),
         ("logprob_mismatch", "|log pi_train - log pi_behaviour|"),
     ]
-    evals = read_rows(run_dir, "eval.jsonl")
+    evals = [
+        r
+        for r in read_rows(run_dir, "eval.jsonl")
+        if last is None or tree.is_ancestor(int(r["version"]), of=last)
+    ]
     if evals:
         panels.insert(1, ("pass@1", "held-out pass@1 during training (± s.e.)"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True)
     for ax, (key, title) in zip(axes, panels, strict=True):
         if key == "pass@1":
             ax.errorbar(
-                [r["version"] for r in evals],
+                [tree.step_of(int(r["version"])) for r in evals],
                 [r["pass@1"] for r in evals],
                 yerr=[0 if math.isnan(r["pass@1_se"]) else r["pass@1_se"] for r in evals],
                 marker="o",
@@ -56,6 +71,18 @@ def plot_training(run_dir: Path) -> Path:
             ax.set_title(title, fontsize=9)
             ax.grid(alpha=0.3)
             continue
+        for i, step in enumerate(marks):
+            ax.axvline(step, color="grey", linestyle=":", linewidth=1)
+            if i == 0 and ax is axes[0]:
+                ax.text(
+                    step,
+                    1,
+                    " restart",
+                    transform=ax.get_xaxis_transform(),
+                    fontsize=7,
+                    va="top",
+                    color="grey",
+                )
         xs, ys = _series(rows, key)
         ax.plot(xs, ys, marker=".", linewidth=1)
         if key == "kl_k1":

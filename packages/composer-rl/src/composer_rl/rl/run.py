@@ -3,7 +3,9 @@
 The run directory is the single source of truth::
 
     config.toml            the configuration as resolved
-    metrics.jsonl          one line per optimizer step (rewards, lag, KL, mismatch, counts)
+    metrics.jsonl          one line per optimizer step (rewards, lag, KL, mismatch, counts),
+                           and a {"kind": "restart"} line where a resumed run
+                           supersedes steps its killed predecessor logged
     checkpoints/           the trainer's step checkpoints (model, Adam, RNG, loop state)
     groups/                every finished group, written once (group-level checkpoint)
     sampler.json           the tasks already handed out (single epoch across resumes)
@@ -12,7 +14,11 @@ The run directory is the single source of truth::
     final/                 the last policy, loadable by `composer-rl eval`
 
 A killed run started again with the same command resumes from all of it: the trainer from
-its latest step checkpoint, the orchestrator with the groups no checkpointed step trained.
+its latest step checkpoint, the orchestrator with the groups no checkpointed step trained
+(those the lost steps trained too, judged for staleness on the version tree,
+`composer_rl.rl.lineage`). The steps logged after the restored one are superseded: the
+restart line says so, and `lineage.final_lineage` reads the steps the final policy
+descends from.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from composer_infra.checkpoint import GroupStore
 from composer_model import ComposerTokenizer, OptimConfig
 from composer_parallel import ParallelDims
 from composer_rl.agent.episode import RunnerConfig
+from composer_rl.errors import require_model_dir
 from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
+from composer_rl.rl.lineage import RESTART, VersionTree, final_lineage
 from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
 from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
 from composer_rl.rl.summarize import SummaryConfig
@@ -299,6 +307,44 @@ class RunLog:
         self.metrics.write(json.dumps(row, default=str) + "\n")
         self.metrics.flush()
 
+    def restart(
+        self, orchestrator: Orchestrator, restored_version: int | None
+    ) -> dict[str, Any] | None:
+        """Mark a resumed run in metrics.jsonl where its steps stop being one lineage: the
+        step it restarted from and what the kill cost (the steps logged after it, which the
+        final policy does not descend from, and the groups those steps trained, queued
+        again). A run resumed with nothing logged after its checkpoint (extended after it
+        finished, or checkpointed every step) continues one lineage: no line, only the
+        `life` of its steps says it restarted."""
+        self.metrics.flush()
+        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines()
+        before = [json.loads(x) for x in lines if x.strip()]
+        lost = [r for r in final_lineage(before) if int(r["step"]) > orchestrator.step]
+        if not lost:
+            return None
+        counters = vars(orchestrator.counters)
+        record: dict[str, Any] = {
+            "kind": RESTART,
+            "from_step": orchestrator.step,
+            "life": orchestrator.lineage.life,
+            "version": orchestrator.version,
+            "restored_version": restored_version,
+            "steps_lost": [int(r["step"]) for r in lost],
+            "groups_retrained": sorted(g for r in lost for g in r.get("trained_groups", [])),
+            **{
+                f"count_{k}": counters[k]
+                for k in (
+                    "groups_resumed",
+                    "groups_resumed_lost_lineage",
+                    "groups_superseded",
+                    "groups_constant",
+                    "tasks_reissued",
+                )
+            },
+        }
+        self.step(record)
+        return record
+
     def evaluation(self, row: dict[str, Any]) -> None:
         with (self.run_dir / "eval.jsonl").open("a") as out:
             out.write(json.dumps(row) + "\n")
@@ -365,12 +411,16 @@ def preflight(config: RLConfig) -> None:
             f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
             "raise loop.groups_per_step or loop.group_size"
         )
-    model_dir = config.model
-    if not (model_dir / "tokenizer.json").is_file():
-        what = "does not exist" if not model_dir.exists() else "has no tokenizer.json"
+    require_model_dir(
+        config.model,
+        "--model",
+        "a stage-one checkpoint (e.g. runs/stage1/sft/final, written by `composer-rl stage1`)",
+    )
+    source = config.tasks.source
+    if source is not None and not source.exists():
         raise ConfigError(
-            f"--model {model_dir} {what}: give a stage-one checkpoint "
-            "(e.g. runs/stage1/sft/final, written by `composer-rl stage1`)"
+            f"--tasks.source {source} does not exist: give a task directory or JSONL "
+            "(`composer-rl tasks export` writes both), or leave it out for the built-in tasks"
         )
     try:
         anchor_source(config)
@@ -418,6 +468,7 @@ def run_rl(
         handles.rollout.call("sync").result()
         handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
         loop_state = resumed["loop"]
+        lineage = VersionTree.from_dict(resumed["lineage"])
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
 
         first_boundary: dict[str, float] = {}
@@ -445,18 +496,22 @@ def run_rl(
             lambda raw: score_result(raw, plugins.score, tokenizer),
             start_step=int(resumed["step"]),
             start_version=int(resumed["version"]),
+            lineage=lineage,
             consumed=set(loop_state.get("consumed", [])),
             dropped=set(loop_state.get("dropped", [])),
             on_step=step_done,
             on_episode=log.episode,
             step_boundary=step_boundary,
         )
+        if resumed["restored"]:
+            log.restart(orchestrator, lineage.lives[-1].restored_version)
         # Requests queued before the first step, and a killed predecessor's run-time
         # plugins restored: recorded in the first step's metrics line.
         first_boundary.update(plugins.step_boundary(orchestrator.step))
         history = orchestrator.run()
         periodic.finish()
-        handles.trainer.call("save_checkpoint").result()
+        # With what the loop decided after its last step (groups dropped since, the counts).
+        handles.trainer.call("save_checkpoint", orchestrator.state([])).result()
         final = run_dir / "final"
         handles.trainer.call("export", str(final)).result()
         shutil.copy(tokenizer_path, final / "tokenizer.json")

@@ -6,7 +6,9 @@ up by one and the new weights go to the weight store in the background
 (`WeightPublisher`: XOR deltas, snapshots, manifest last), so inference services pick
 them up with a `WeightSubscriber`. Step checkpoints (`StepCheckpointer`) hold the model,
 optimizer, RNG state and the policy version; a restarted actor resumes from the latest
-and publishes the restored weights under a version number the store has not used.
+and publishes the restored weights under a version number the store has not used,
+starting a new life of the version tree (`composer_rl.rl.lineage`, `checkpoints/
+lineage.json`) that tells the loop which weights every version number names.
 
 A step is `composer_model.train_step`, the one step the stage-one phases take too, on an
 optimizer from `composer_model.build_optimizer` (weight decay on matrices only, warm-up
@@ -66,6 +68,7 @@ from composer_parallel import (
     sharded_loss,
 )
 from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
 from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
 from composer_rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.stages.config import ParallelConfig
@@ -79,6 +82,10 @@ ANCHOR_SEQ_LEN = 1024
 """Row length of the SFT anchor's packed demonstrations (the SFT phase's)."""
 
 SERVICE_OPTIM = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
+
+
+class TrainerRestarted(RuntimeError):
+    """The trainer was restarted under a running loop (its lineage changed)."""
 
 
 class TrainingConfig(BaseModel):
@@ -139,6 +146,8 @@ class TrainingService:
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
         self.parallel = self.config.parallel.apply(self.model)
         self.optimizer = build_optimizer(self.model, self.config.optim)
+        # The version tree lives beside the checkpoints (one file for all ranks).
+        self.lineage_path = Path(checkpoint_dir) / LINEAGE_FILE if checkpoint_dir else None
         if checkpoint_dir is not None and self.parallel is not None:
             checkpoint_dir = Path(checkpoint_dir) / f"rank-{self.parallel.rank:03d}"
         self.checkpointer = (
@@ -167,14 +176,16 @@ class TrainingService:
         self.policy_version = 0
         self.loop_state: dict[str, Any] = {}
         resumed = self.checkpointer.load(self.model, self.optimizer) if self.checkpointer else None
+        restored = resumed is not None
         if resumed is not None:  # a restarted actor continues where the last checkpoint was
             self.step = resumed.step
             self.policy_version = resumed.policy_version
             self.loop_state = dict(resumed.sampler)
+        restored_version = self.policy_version
         self.publisher: WeightPublisher | None = None
         if self._main:  # one writer of the weight store
             store = open_store(store_url)
-            self._skip_used_versions(store)
+            restored = self._skip_used_versions(store, restored) or restored
             self.publisher = WeightPublisher(
                 store,
                 PublisherConfig(
@@ -186,26 +197,40 @@ class TrainingService:
             version = torch.tensor([self.policy_version], dtype=torch.int64)
             dist.broadcast(version, src=0)
             self.policy_version = int(version.item())
+        self.lineage = VersionTree.load(self.lineage_path) if self.lineage_path else VersionTree()
+        self.restored = restored and self.policy_version != restored_version
+        if self.restored:
+            # A new life: its first version republishes the restored weights (the tree is
+            # written before they go out, so no token ever names a version it lacks).
+            self.lineage = self.lineage.restart(self.policy_version, self.step, restored_version)
+            if self._main and self.lineage_path is not None:
+                self.lineage.save(self.lineage_path)
         # Publish what we start from, so inference has a version before the first step
         # (a restarted trainer: its restored weights, under a fresh version number).
         self._publish()
         self.flush()
 
-    def _skip_used_versions(self, store: ObjectStore) -> None:
-        """Never reuse a version number the store already holds.
+    def _skip_used_versions(self, store: ObjectStore, restored: bool) -> bool:
+        """Never reuse a version number the store already holds; returns whether it held any.
 
         A trainer restarted from a checkpoint at version v may find v+1.. published by
         its previous life (steps after the checkpoint). Subscribers may hold those, and a
         token stamped with a version must name one set of weights, so the restored
-        weights are published under the next unused number instead.
+        weights are published under the next unused number instead. A restored
+        checkpoint's own number is skipped too even when the store lost it (its previous
+        life was killed before the upload finished): every life starts at a new number,
+        so the version tree (`composer_rl.rl.lineage`) tells the lives apart.
         """
         subscriber = WeightSubscriber(store, readers=1)
         try:
             latest = subscriber.latest_version()
         finally:
             subscriber.close()
-        if latest is not None and latest >= self.policy_version:
-            self.policy_version = latest + 1
+        floor = self.policy_version + 1 if restored else self.policy_version
+        if latest is not None:
+            floor = max(floor, latest + 1)
+        self.policy_version = floor
+        return latest is not None
 
     @property
     def _main(self) -> bool:
@@ -312,14 +337,27 @@ class TrainingService:
         return stats
 
     def train_rl(
-        self, trajectories: Sequence[Trajectory], loop_state: dict[str, Any] | None = None
+        self,
+        trajectories: Sequence[Trajectory],
+        loop_state: dict[str, Any] | None = None,
+        life: int | None = None,
     ) -> dict[str, Any]:
         """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
 
         The same step as `train_step`, with the policy-gradient loss on a router-replayed
         forward. `loop_state` (the orchestrator's consumed and dropped groups) is stored
         with the next step checkpoint, so a resumed run trains exactly the groups it had not.
+        `life` is the trainer life (`VersionTree.life`) the orchestrator chose the batch
+        against: a trainer restarted since (a Ray actor restart) raises `TrainerRestarted`
+        rather than train on weights the loop did not judge staleness against, or record
+        as consumed groups its restored checkpoint never trained.
         """
+        if life is not None and life != self.lineage.life:
+            raise TrainerRestarted(
+                f"the training service restarted from its step-{self.step} checkpoint (trainer "
+                f"life {self.lineage.life}, the loop knows life {life}); run the same command "
+                "again to resume the loop from the checkpoints"
+            )
         batch = pack(trajectories)
         if loop_state is not None:
             self.loop_state = dict(loop_state)
@@ -383,10 +421,15 @@ class TrainingService:
             "train_seconds": time.monotonic() - began,
         }
 
-    def save_checkpoint(self) -> str:
-        """Write a step checkpoint now; returns its directory."""
+    def save_checkpoint(self, loop_state: dict[str, Any] | None = None) -> str:
+        """Write a step checkpoint now; returns its directory.
+
+        `loop_state` replaces the loop state of the last `train_rl` call: the loop's end
+        saves what it decided after its last step too (groups dropped since)."""
         if self.checkpointer is None:
             raise RuntimeError("this training service has no checkpoint_dir")
+        if loop_state is not None:
+            self.loop_state = dict(loop_state)
         path = self.checkpointer.save(
             step=self.step,
             model=self.model,
@@ -415,8 +458,16 @@ class TrainingService:
         return directory
 
     def resume_state(self) -> dict[str, Any]:
-        """Step, version and loop state restored from the latest checkpoint (empty if none)."""
-        return {"step": self.step, "version": self.policy_version, "loop": self.loop_state}
+        """Step, version and loop state restored from the latest checkpoint (empty if none),
+        with the version tree and whether this trainer restarted a killed one (`restored`:
+        it republished restored weights under a new version, starting a new life)."""
+        return {
+            "step": self.step,
+            "version": self.policy_version,
+            "loop": self.loop_state,
+            "lineage": self.lineage.to_dict(),
+            "restored": self.restored,
+        }
 
     def flush(self) -> int:
         """Wait until every published version is in the store; returns the current version."""

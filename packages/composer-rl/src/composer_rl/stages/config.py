@@ -15,12 +15,13 @@ demonstrations' mix of behaviours is `composer_rl.agent.behaviours.Demonstration
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
+from composer_rl.errors import ConfigError, explain_validation
 
 if TYPE_CHECKING:
     from composer_model import ComposerModel
@@ -81,6 +82,13 @@ class CorpusConfig(BaseModel):
     max_heldout_chars: int = Field(default=600_000, gt=0)
     tokenizer_chars: int = Field(default=2_000_000, gt=0)
     vocab_size: int = Field(default=4096, ge=300)
+    copy_documents: int = Field(
+        default=0,
+        ge=0,
+        description="synthetic documents of invented names defined and used again "
+        "(composer_rl.stages.copying), added to pretraining's training side after the "
+        "tokenizer is made: data that can only be predicted by copying from context",
+    )
 
 
 class ParallelConfig(BaseModel):
@@ -220,22 +228,49 @@ __all__ = [
 
 def load_stage1_config(path: Path | None = None, **overrides: object) -> Stage1Config:
     """A Stage1Config from an optional JSON file, then dotted overrides such as
-    ``{"pretrain.steps": 10}`` (None values are ignored), validated as a whole."""
+    ``{"pretrain.steps": 10}`` (None values are ignored), validated as a whole.
+
+    The file gives any subset of the settings: each section it names is merged into that
+    section's defaults (``{"pretrain": {"steps": 3}}`` changes only the step count), so a
+    file never has to repeat a phase's name or its other fields. A problem is a
+    `ConfigError` that names the key by its dotted name (and what its section accepts),
+    which the CLI prints as one line."""
     import json
 
-    data: dict[str, object] = {}
+    data: dict[str, Any] = {}
+    origin = "defaults"
     if path is not None:
         try:
             data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"config file {path}: {exc}") from exc
-    base = Stage1Config.model_validate(data).model_dump()
-    for dotted, value in overrides.items():
-        if value is None:
-            continue
-        node = base
+            raise ConfigError(f"config file {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path}: expected a JSON object of Stage1Config fields")
+        origin = str(path)
+    merged = _merge(Stage1Config.model_construct().model_dump(), data)
+    given = {dotted: value for dotted, value in overrides.items() if value is not None}
+    for dotted, value in given.items():
+        node = merged
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node[key]
+            node = node.setdefault(key, {})
         node[leaf] = value
-    return Stage1Config.model_validate(base)
+    if given:
+        origin = f"{origin} + flags" if path is not None else "flags"
+    try:
+        return Stage1Config.model_validate(merged)
+    except ValidationError as error:
+        raise explain_validation(error, origin, Stage1Config) from None
+
+
+def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """`defaults` with `given` laid over it, section by section (nested dicts merge)."""
+    out = dict(defaults)
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

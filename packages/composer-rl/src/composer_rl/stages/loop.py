@@ -54,7 +54,7 @@ from composer_parallel import Parallel, sharded_loss
 from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.metrics import MetricsLogger, plot_losses
 from composer_rl.stages.packing import Batch, PackedRows, batch_rows, make_batch
-from composer_rl.stages.progress import phase_progress
+from composer_rl.stages.progress import Show, StepProgress
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -256,7 +256,7 @@ def train_phase(
     heldout: PackedRows,
     run_dir: Path,
     on_checkpoint: Callable[[int], None] | None = None,
-    show_progress: bool = True,
+    show_progress: Show = True,
     parallel: Parallel | None = None,
 ) -> PhaseResult:
     """Run (or resume) one phase to `config.steps`; returns where it got to.
@@ -286,12 +286,10 @@ def train_phase(
     stopped_early = False
     final_eval: dict[str, Any] = {}
 
-    progress = phase_progress()
-    progress.disable = not (show_progress and main)
+    progress = StepProgress(
+        config.name, config.steps, completed=start_step, show=show_progress if main else False
+    )
     with progress:
-        bar = progress.add_task(
-            config.name, total=config.steps, completed=start_step, loss=float("nan"), tok_s=0.0
-        )
         window_tokens, window_start = 0, time.monotonic()
         while step < config.steps:
             if mtp_joined_at is None and mtp_joins(config, step, time.monotonic() - began):
@@ -315,7 +313,7 @@ def train_phase(
                         "tokens_per_s": tok_s,
                     },
                 )
-            progress.update(bar, advance=1, loss=stats.metrics["lm_loss"], tok_s=tok_s)
+            progress.update(step, info=f"loss {stats.metrics['lm_loss']:.3f}, {tok_s:,.0f} tok/s")
             stopping = out_of_time(config, time.monotonic() - began) and step < config.steps
             if parallel is not None and parallel.meshes is not None:
                 stopping = _rank0_decides(stopping)  # every rank stops after the same step

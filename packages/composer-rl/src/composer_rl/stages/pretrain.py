@@ -23,27 +23,38 @@ import torch
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
 from composer_parallel import full_state_dict
 from composer_rl.stages.config import Stage1Config
+from composer_rl.stages.copying import copy_documents
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
+from composer_rl.stages.progress import Show, phase_line
 
 
-def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
     import torch.distributed as dist
 
     distributed = config.parallel.world_size > 1 and dist.is_initialized()
     main = not distributed or dist.get_rank() == 0
     phase_dir, done = open_phase(config.run_dir, config.pretrain.name, config.threads)
+    show = show_progress if main else False
     if done is not None:
+        phase_line(config.pretrain.name, f"finished already, reused ({phase_dir})", show)
         return done
     began = time.monotonic()
     if main:  # the tokenizer and the token cache are written once, by rank 0
+        corpus = config.corpus.path or "the Python standard library"
+        phase_line(config.pretrain.name, f"tokenizer and token cache of {corpus}", show)
         tokenizer_and_tokens(config.run_dir, config.corpus)
     if distributed:
         dist.barrier()
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
+    if config.corpus.copy_documents:
+        # Added here, not to the corpus: the tokenizer and the token cache stay those of the
+        # text, so stage-one runs with and without them share SFT's tokenized demonstrations.
+        texts = copy_documents(config.corpus.copy_documents, seed=config.pretrain.seed)
+        train_docs = [*train_docs, *tokenizer.encode_batch(texts)]
     eos = tokenizer.eos_id
     train = pack_documents(train_docs, config.pretrain.seq_len, eos)
     heldout = pack_documents(heldout_docs, config.pretrain.seq_len, eos)
@@ -58,7 +69,7 @@ def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, 
         train,
         heldout,
         phase_dir,
-        show_progress=show_progress,
+        show_progress=show,
         parallel=parallel,
     )
     summary: dict[str, Any] = {
@@ -70,6 +81,7 @@ def run_pretrain(config: Stage1Config, show_progress: bool = True) -> dict[str, 
         "parameters": parameters,
         "parameters_with_mtp": parameters_with_mtp,
         "train_tokens_available": int(train.tokens.numel()),
+        "copy_documents": config.corpus.copy_documents,
         **result.final_eval,
     }
     if parallel is not None:
@@ -94,10 +106,11 @@ def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: i
     return pack_documents(heldout_docs, seq_len, eos)
 
 
-def run_long_context(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
     phase = config.long_context
     phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
+        phase_line(phase.name, f"finished already, reused ({phase_dir})", show_progress)
         return done
     began = time.monotonic()
     source = previous_final(

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import track
 
 from composer_model import ComposerTokenizer, load_pretrained
 from composer_rl.agent.behaviours import DemonstrationMix
@@ -29,6 +28,7 @@ from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
+from composer_rl.stages.progress import Show, StepProgress, phase_line
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 from composer_rl.tasks.templates.base import is_validation
 
@@ -36,10 +36,11 @@ from composer_rl.tasks.templates.base import is_validation
 def demonstrations(
     tasks: list[Task],
     tokenizer: ComposerTokenizer,
-    show_progress: bool = True,
+    show_progress: Show = True,
     summary_every: int = 0,
     mix: DemonstrationMix | None = None,
     workers: int = 1,
+    label: str = "demonstrations",
 ) -> tuple[list[list[int]], list[list[bool]], dict[str, int]]:
     """Each task's demonstration, of the behaviour `mix` deals it (`play_demonstration`),
     and every `summary_every`-th task also as a self-summarized chain (its two segments are
@@ -55,16 +56,11 @@ def demonstrations(
     ids: list[list[int]] = []
     masks: list[list[bool]] = []
     counts: Counter[str] = Counter()
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    progress = StepProgress(label, len(tasks), unit="demonstrations", show=show_progress)
+    with ThreadPoolExecutor(max_workers=workers) as pool, progress:
         played = pool.map(lambda task: play_demonstration(task, mix), tasks)
-        for index, (task, demo) in enumerate(
-            track(
-                zip(tasks, played, strict=True),
-                total=len(tasks),
-                description="demonstrations",
-                disable=not show_progress,
-            )
-        ):
+        for index, (task, demo) in enumerate(zip(tasks, played, strict=True)):
+            progress.update(index + 1)
             counts[demo.kind] += 1
             if "fallback" in demo.details:
                 counts[f"fallback:{demo.details['planned']}"] += 1
@@ -83,7 +79,7 @@ def demonstrations(
 
 
 def sft_data(
-    root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: bool = True
+    root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show = True
 ) -> dict[str, Any]:
     """Tokenized demonstrations of both splits, made once per run directory (and again if
     the demonstration mix in the config changed). Held-out demonstrations follow the same
@@ -108,7 +104,12 @@ def sft_data(
         workers=config.sft_demonstration_workers,
     )
     heldout_ids, heldout_masks, _ = demonstrations(
-        heldout_tasks, tokenizer, show_progress, mix=mix, workers=config.sft_demonstration_workers
+        heldout_tasks,
+        tokenizer,
+        show_progress,
+        mix=mix,
+        workers=config.sft_demonstration_workers,
+        label="held-out demonstrations",
     )
     data = {
         "train": (train_ids, train_masks),
@@ -121,10 +122,11 @@ def sft_data(
     return data
 
 
-def run_sft(config: Stage1Config, show_progress: bool = True) -> dict[str, Any]:
+def run_sft(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
     phase = config.sft
     phase_dir, done = open_phase(config.run_dir, phase.name, config.threads)
     if done is not None:
+        phase_line(phase.name, f"finished already, reused ({phase_dir})", show_progress)
         return done
     began = time.monotonic()
     source = previous_final(

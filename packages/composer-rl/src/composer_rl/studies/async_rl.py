@@ -188,11 +188,23 @@ def _verdict(results: dict[str, dict[str, Any]]) -> Verdict:
         f"{per_sample[0].upper() + per_sample[1:]}."
     )
     strength = f"{ratio:.2f}x wall-clock, mean token lag {a['token_lag_mean']:.2f}"
+    if faster and lag_low and as_well is False:
+        return Verdict(
+            "held in part",
+            strength,
+            summary,
+            "faster with low lag; the reward per sample fell beyond 2 s.e.",
+        )
     if not (faster and lag_low) or as_well is False:
-        return Verdict(False, strength, summary)
+        return Verdict("did not hold", strength, summary)
     if as_well is None:
-        return Verdict(True, strength + "; per-sample reward not compared", summary)
-    return Verdict(True, strength + "; reward per sample within the noise", summary)
+        return Verdict(
+            "held in part",
+            strength + "; per-sample reward not compared",
+            summary,
+            "faster with low lag; training as well per sample was not compared (too few steps)",
+        )
+    return Verdict("held", strength + "; reward per sample within the noise", summary)
 
 
 def run(options: StudyOptions) -> StudyOutcome:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from matplotlib.figure import Figure
 
@@ -38,18 +38,61 @@ class StudyOptions:
     work_dir: Path | None = None
 
 
+VerdictLabel = Literal["held", "held in part", "did not hold", "undecided"]
+"""The only words a study's verdict may use (result.json's ``verdict``, table.md, the READMEs).
+
+- *held*: the claim as stated held here;
+- *held in part*: one part held and another did not; the verdict's `detail` says which;
+- *did not hold*: measured, and the claim was not borne out;
+- *undecided*: the study cannot decide; `detail` says what the decision rests on (what
+  would have to be shown first).
+"""
+
+VERDICT_LABELS: tuple[VerdictLabel, ...] = get_args(VerdictLabel)
+NEEDS_DETAIL: frozenset[VerdictLabel] = frozenset({"held in part", "undecided"})
+"""The labels that mean nothing without saying which part, or what they rest on."""
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """Whether the claim held here, and how strongly, in words a reader can check
-    against the table. `held` is None when the study could not decide."""
+    """Whether the claim held here, in one of the four `VerdictLabel` words, how strongly,
+    and in words a reader can check against the table.
 
-    held: bool | None
+    `detail` is required for *held in part* (which part held, which did not) and for
+    *undecided* (what the decision rests on); a label outside the vocabulary, or one of those
+    two without its detail, is rejected when the verdict is made, so no study can write one.
+    """
+
+    label: VerdictLabel
     strength: str
     summary: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.label not in VERDICT_LABELS:
+            raise ValueError(
+                f"verdict {self.label!r} is not one of {', '.join(map(repr, VERDICT_LABELS))}"
+            )
+        if self.label in NEEDS_DETAIL and not self.detail.strip():
+            what = "which part held" if self.label == "held in part" else "what it rests on"
+            raise ValueError(f"a verdict of {self.label!r} must say {what} (detail)")
 
     @property
-    def label(self) -> str:
-        return {True: "held", False: "did not hold", None: "undecided"}[self.held]
+    def held(self) -> bool | None:
+        """True only for *held*; None for *undecided*; False otherwise (*held in part*
+        included: the claim as stated was not shown)."""
+        return {"held": True, "undecided": None}.get(self.label, False)
+
+    @property
+    def text(self) -> str:
+        """The label with its detail ('held in part: ...'), as the READMEs' tables write it."""
+        return f"{self.label}: {self.detail}" if self.detail else self.label
+
+
+def check_verdict(label: str, detail: str = "") -> Verdict:
+    """The verdict a committed result.json (or a README) states, validated like a new one;
+    ValueError for a label outside the vocabulary."""
+    return Verdict(label, "", "", detail)  # type: ignore[arg-type]
 
 
 @dataclass

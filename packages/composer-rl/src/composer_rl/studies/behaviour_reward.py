@@ -58,12 +58,12 @@ after-window versions says how much the rate falls anyway.
 - *did not hold*: otherwise (a fall within 2 standard errors, a rise, or a control that
   fell as much).
 
-`result.json`'s `held` is true only for *held*; its `verdict` is one of the four labels.
+`result.json`'s `held` is true only for *held*; its `verdict` is one of the four labels of
+`composer_rl.studies.base.VerdictLabel`, and `verdict_detail` says which part or what it rests on.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
@@ -85,8 +85,10 @@ from composer_rl.eval.stats import format_se
 from composer_rl.plugins.requests import recent
 from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
+from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
 from composer_rl.rl.run import run_rl
+from composer_rl.stages.metrics import read_metrics as read_metrics_file
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.rl_runs import (
     WEIGHTS_RECORD,
@@ -180,8 +182,8 @@ def adder(run_dir: Path, add_at: int) -> Callable[[int], None]:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """The run's step rows of its final lineage (steps lost to a kill left out)."""
+    return final_lineage(read_metrics_file(run_dir))
 
 
 def add_step(metrics: list[dict[str, Any]]) -> int | None:
@@ -301,53 +303,51 @@ def measure(run_dir: Path, add_at: int) -> dict[str, Any]:
 # --- the verdict ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GradedVerdict(Verdict):
-    """A verdict that can also be "held in part" (`held` stays False for it: the claim as
-    stated, a fall beyond 3 standard errors, was not shown)."""
-
-    in_part: bool = False
-
-    @property
-    def label(self) -> str:
-        return "held in part" if self.in_part else super().label
-
-
 def fall(before: tuple[float, float], after: tuple[float, float]) -> tuple[float, float]:
     """(before - after, its standard error) of two independent windows' rates."""
     return before[0] - after[0], math.hypot(before[1], after[1])
 
 
-def judge(
-    with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: int
-) -> GradedVerdict:
-    """The verdict by the rule in the module docstring."""
+def judge(with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: int) -> Verdict:
+    """The verdict by the rule in the module docstring (`Verdict.held` stays False for
+    *held in part*: the claim as stated, a fall beyond 3 standard errors, was not shown)."""
     before, after = with_reward["before"], with_reward["after"]
     windows = [before, after] + ([control["after"]] if control else [])
     if with_reward["add_step"] != add_at:
-        return GradedVerdict(
-            None, "no add", f"The reward was not added at step {add_at} (the run has no event)."
+        return Verdict(
+            "undecided",
+            "no add",
+            f"The reward was not added at step {add_at} (the run has no event).",
+            f"rests on a run whose reward was added at step {add_at}",
         )
     if min(w["groups"] for w in windows) < MIN_GROUPS:
-        return GradedVerdict(
-            None,
+        return Verdict(
+            "undecided",
             "too few groups",
             f"Fewer than {MIN_GROUPS} groups in a window: "
             + ", ".join(f"{w['groups']}" for w in windows)
             + " groups (before, after"
             + (", control after)." if control else ")."),
+            f"rests on at least {MIN_GROUPS} groups in every window",
         )
     if before["flagged"] < MIN_FLAGGED:
-        return GradedVerdict(
-            None,
+        return Verdict(
+            "undecided",
             "behaviour too rare",
             f"{before['flagged']} of {before['episodes']} episodes before the add were flagged "
             f"(fewer than {MIN_FLAGGED}): the policy does not show the behaviour at a rate "
             "whose fall could be measured.",
+            f"rests on a policy that shows the behaviour ({MIN_FLAGGED} or more flagged "
+            "episodes before the add)",
         )
     drop = fall(before["rate"], after["rate"])
     if not drop[1] > 0:
-        return GradedVerdict(None, "zero standard error", "The difference has no spread.")
+        return Verdict(
+            "undecided",
+            "zero standard error",
+            "The difference has no spread.",
+            "rests on windows whose rates vary",
+        )
     z = drop[0] / drop[1]
     text = (
         f"The flagged rate fell from {_rate(before['rate'])} ({before['episodes']} episodes, "
@@ -367,13 +367,25 @@ def judge(
         )
         strength += f", {z_control:.1f} s.e. below the control"
         if math.isnan(z_control):
-            return GradedVerdict(None, strength, text + " The control has no spread.")
+            return Verdict(
+                "undecided",
+                strength,
+                text + " The control has no spread.",
+                "rests on a control run whose rate varies",
+            )
         zs.append(z_control)
     if min(zs) > 3:
-        return GradedVerdict(True, strength, text)
+        return Verdict("held", strength, text)
     if min(zs) > 2:
-        return GradedVerdict(False, strength, text, in_part=True)
-    return GradedVerdict(False, strength, text)
+        return Verdict(
+            "held in part",
+            strength,
+            text,
+            "the rate fell beyond 2 standard errors"
+            + (" and below the control's" if control is not None else "")
+            + ", not beyond the 3 the claim's rule asks",
+        )
+    return Verdict("did not hold", strength, text)
 
 
 def _rate(pair: tuple[float, float]) -> str:

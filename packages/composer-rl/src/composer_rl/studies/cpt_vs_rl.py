@@ -224,24 +224,37 @@ def fits(budgets: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(result: dict[str, Any]) -> Verdict:
-    """Held when the reward falls as ln(CE) rises, beyond 2 s.e. of the slope, and the fit
-    explains at least half of the variance over (budget, seed) points."""
+    """Held when the reward falls as ln(CE) rises, beyond 2 s.e. of the slope, the fit
+    explains at least half of the variance over (budget, seed) points, and RL raised the
+    reward beyond 2 s.e. (`rl_gain`); undecided when the relation is there but RL's gain is
+    not (the relation could be the SFT policies' own)."""
     fit = result["fits"]["reward"]
     if math.isnan(fit["slope_se"]):
-        return Verdict(None, "too few points to fit", "Too few budgets or RL runs for a fit.")
+        return Verdict(
+            "undecided",
+            "too few points to fit",
+            "Too few budgets or RL runs for a fit.",
+            "rests on a fit over more budgets or RL runs",
+        )
     if math.isnan(fit["r2"]):
-        return Verdict(None, "no variation", "The reward was the same after every budget.")
+        return Verdict(
+            "undecided",
+            "no variation",
+            "The reward was the same after every budget.",
+            "rests on budgets whose rewards differ",
+        )
     solved_any = any(
         r["solved"][0] > 0 for b in result["budgets"].values() for r in b["rl"].values()
     )
     if not solved_any:
         return Verdict(
-            None,
+            "undecided",
             "no RL run solved a task in its second half",
             "No policy solved a held-out task after RL, so the reward differences are the "
             f"shaping components alone (reward slope {fit['slope']:+.3f} ± "
             f"{fit['slope_se']:.3f}, R² {fit['r2']:.2f}); the claim is about the reward of "
             "solving tasks.",
+            "rests on RL runs that solve tasks",
         )
     first = result["fits"]["first_reward"]
     solved = result["fits"]["solved"]
@@ -254,12 +267,40 @@ def verdict(result: dict[str, Any]) -> Verdict:
         f"The SFT policy's own first-step reward gives slope {first['slope']:+.3f} ± "
         f"{first['slope_se']:.3f}: the part of the relation that was there before RL."
     )
+    gain = rl_gain(result)
+    summary += (
+        f" RL's own gain (second-half reward minus first-step reward, mean over runs) is "
+        f"{format_se(*gain, sign=True)}."
+    )
     strength = f"slope {fit['slope']:+.3f} ± {fit['slope_se']:.3f}, R² {fit['r2']:.2f}"
-    if fit["slope"] + 2 * fit["slope_se"] < 0 and fit["r2"] >= 0.5:
-        return Verdict(True, strength, summary)
+    related = fit["slope"] + 2 * fit["slope_se"] < 0 and fit["r2"] >= 0.5
+    if related and not gain[0] - 2 * gain[1] > 0:
+        # The claim is about the reward RL reaches; if RL did not raise the reward beyond
+        # noise, the relation may be the SFT policies' own, and this study cannot tell.
+        return Verdict(
+            "undecided",
+            strength + f"; RL gain {format_se(*gain, sign=True)}",
+            summary,
+            f"rests on RL learning, not yet shown: RL raised the reward by "
+            f"{format_se(*gain, sign=True)} (within 2 s.e.), and the SFT policies' first-step "
+            f"reward already gives slope {first['slope']:+.2f} ± {first['slope_se']:.2f}",
+        )
+    if related:
+        return Verdict("held", strength, summary)
     if fit["slope"] + 2 * fit["slope_se"] < 0:
-        return Verdict(False, strength + " (the right sign, but R² below 0.5)", summary)
-    return Verdict(False, strength + " (no fall of reward with CE beyond 2 s.e.)", summary)
+        return Verdict("did not hold", strength + " (the right sign, but R² below 0.5)", summary)
+    return Verdict("did not hold", strength + " (no fall of reward with CE beyond 2 s.e.)", summary)
+
+
+def rl_gain(result: dict[str, Any]) -> tuple[float, float]:
+    """(mean over RL runs of second-half reward minus first-step reward, its standard error
+    over runs): whether RL learned at all, the premise of a claim about RL's reward."""
+    gains = [
+        r["reward"][0] - r["first_reward"][0]
+        for b in result["budgets"].values()
+        for r in b["rl"].values()
+    ]
+    return mean_se(gains)
 
 
 def _figure(result: dict[str, Any]) -> Figure:

@@ -222,6 +222,23 @@ def _figure(
     return fig
 
 
+def _verdict(families: dict[str, dict[str, Any]], strength: str, summary: str) -> Verdict:
+    """Held when k3 is the noisier estimator at the largest divergence in every family; in
+    part when in some."""
+    held_in = [f for f, v in families.items() if v["holds"]]
+    if len(held_in) == len(families):
+        return Verdict("held", strength, summary)
+    if held_in:
+        others = [f for f in families if f not in held_in]
+        return Verdict(
+            "held in part",
+            strength,
+            summary,
+            f"k3's variance exploded in {', '.join(held_in)}, not in {', '.join(others)}",
+        )
+    return Verdict("did not hold", strength, summary)
+
+
 def _family_verdict(rows: list[PairStats]) -> dict[str, Any]:
     first, last = rows[0], rows[-1]
     crossover = next((s.kl for s in rows if s.k3_var > s.k1_var), None)
@@ -279,7 +296,6 @@ def run(options: StudyOptions) -> StudyOutcome:
             f"{f}: Var k3/Var k1 {v['var_ratio_at_min']:.3g} at KL {v['kl_min']:.3g} → "
             f"{v['var_ratio_at_max']:.3g} at KL {v['kl_max']:.3g} (k3 noisier {cross})"
         )
-    held = len(held_in) == len(FAMILIES)
     strength = (
         f"k3 noisier than k1 at the largest divergence in {len(held_in)} of {len(FAMILIES)} "
         f"families; largest variance ratio {max(v['var_ratio_at_max'] for v in families.values()):.3g}"
@@ -336,7 +352,7 @@ def run(options: StudyOptions) -> StudyOutcome:
         columns=columns,
         rows=table,
         figure=_figure(stats, series, options.rl_run_dir),
-        verdict=Verdict(held, strength, summary),
+        verdict=_verdict(families, strength, summary),
         numbers=numbers,
         notes=notes,
     )

@@ -211,12 +211,22 @@ def _figure(result: dict[str, Any]) -> Figure:
 def _verdict(result: dict[str, Any]) -> Verdict:
     rows = result["comparison"]["difficulties"]
     if "1" not in rows or not any(int(d) > 1 for d in rows):
-        return Verdict(None, "no comparison", "Too few common tasks of each difficulty.")
+        return Verdict(
+            "undecided",
+            "no comparison",
+            "Too few common tasks of each difficulty.",
+            "rests on tasks of each difficulty that every run attempted",
+        )
     easy = rows["1"]["vs_none"]["concave"]["generated_tokens"]
     hard = [rows[d]["vs_none"]["concave"]["solved"] for d in rows if int(d) > 1]
     easy_linear = rows["1"]["vs_none"]["linear"]["generated_tokens"]
     if any(math.isnan(se) for _, se in [easy, *hard]):
-        return Verdict(None, "too few tasks for standard errors", "Too few common tasks.")
+        return Verdict(
+            "undecided",
+            "too few tasks for standard errors",
+            "Too few common tasks.",
+            "rests on more common tasks",
+        )
     shorter = easy[0] + 2 * easy[1] < 0
     # "Without hurting the solve rate": no harder difficulty loses more than 2 s.e.
     kept = all(mean + 2 * se >= 0 for mean, se in hard)
@@ -233,10 +243,15 @@ def _verdict(result: dict[str, Any]) -> Verdict:
     )
     strength = f"easy episodes {_signed(easy)} tokens"
     if shorter and kept:
-        return Verdict(True, strength + ", harder solve rates within 2 s.e.", summary)
+        return Verdict("held", strength + ", harder solve rates within 2 s.e.", summary)
     if not shorter:
-        return Verdict(False, strength + " (not shorter beyond 2 s.e.)", summary)
-    return Verdict(False, strength + ", but a harder solve rate fell beyond 2 s.e.", summary)
+        return Verdict("did not hold", strength + " (not shorter beyond 2 s.e.)", summary)
+    return Verdict(
+        "held in part",
+        strength + ", but a harder solve rate fell beyond 2 s.e.",
+        summary,
+        "easy episodes got shorter; the solve rate on harder tasks was not kept",
+    )
 
 
 def run(options: StudyOptions) -> StudyOutcome:

@@ -408,7 +408,7 @@ def run(options: StudyOptions) -> StudyOutcome:
         columns=columns,
         rows=table,
         figure=_figure(bits, logprobs),
-        verdict=Verdict(held, strength, summary),
+        verdict=Verdict("held" if held else "did not hold", strength, summary),
         numbers={
             "bits": bits,
             "logprobs": logprobs,

@@ -8,7 +8,6 @@ instead of repeating them, and trains only what is missing.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import tomllib
 from dataclasses import dataclass
@@ -16,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from composer_rl.rl.config import RLConfig, load_config, to_toml
+from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.run import run_rl
+from composer_rl.stages.metrics import read_metrics
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | 
     # What the file records (to_toml leaves out None settings on both sides) must agree.
     if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
         return None
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    # The steps the final policy descends from: a kill between checkpoints logs the lost
+    # steps twice, with a restart record between (`composer_rl.rl.lineage`).
+    rows = final_lineage(read_metrics(run_dir))
     # A run whose epoch ran out before its last step (constant groups dropped from a small
     # task file) ended too: `run_rl` exports final/ only when it returns.
     ended = (run_dir / "final" / "tokenizer.json").is_file()

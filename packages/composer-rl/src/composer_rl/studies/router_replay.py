@@ -236,10 +236,11 @@ def _verdict(rows: list[dict[str, Any]]) -> Verdict:
     off, verbatim, guarded = (get("bf16", m) for m, _, _ in MODES)
     if off["routing_differs_share"] == 0:
         return Verdict(
-            None,
+            "undecided",
             "no routing flips",
             "The bf16 engine chose the trainer's experts for every token, so replay had "
             "nothing to correct here; more tokens or a trained checkpoint would show flips.",
+            "rests on tokens the engine and the trainer route differently",
         )
     cut_mean = off["mean_abs"] / max(verbatim["mean_abs"], 1e-300)
     cut_p99 = off["p99_abs"] / max(verbatim["p99_abs"], 1e-300)
@@ -257,16 +258,19 @@ def _verdict(rows: list[dict[str, Any]]) -> Verdict:
     )
     strength = f"mean cut {cut_mean:.1f}x, p99 cut {cut_p99:.1f}x"
     if replay_held and guard_held:
-        return Verdict(True, strength, summary)
+        return Verdict("held", strength, summary)
     if replay_held:
         return Verdict(
-            True,
+            "held in part",
             strength + "; the guard's further cut did not show",
             summary + " At one policy version a replayed expert is the trainer's own choice or "
             "a near tie, so the guard has nothing to replace; it exists for choices that are "
             "implausible, not merely rounded differently.",
+            f"replay cut the mismatch (mean {cut_mean:.1f}x, p99 {cut_p99:.1f}x); the guard's "
+            f"further p99 cut did not show ({verbatim['p99_abs']:.3g} -> "
+            f"{guarded['p99_abs']:.3g})",
         )
-    return Verdict(False, strength, summary)
+    return Verdict("did not hold", strength, summary)
 
 
 def learning(options: StudyOptions) -> dict[str, Any] | None:
@@ -319,11 +323,12 @@ def run(options: StudyOptions) -> StudyOutcome:
         )
     else:
         verdict = Verdict(
-            verdict.held,
+            verdict.label,
             verdict.strength
             + f"; learning, replay on - off {learned['on_minus_off']['sampled']['mean']:+.3f} "
             f"± {learned['on_minus_off']['sampled']['se']:.3f}",
             verdict.summary + " " + learning_summary(learned),
+            verdict.detail,
         )
         more_tables.append(
             (

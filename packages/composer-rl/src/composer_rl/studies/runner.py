@@ -4,7 +4,7 @@ Every study's run directory holds the same three files:
 
 - ``table.md``: the claim, the table, the verdict and the wall-clock with the command;
 - ``plot.png``: the study's figure;
-- ``result.json``: verdict (held, strength, summary), wall-clock seconds, the command, the
+- ``result.json``: verdict (one of `base.VERDICT_LABELS`, its detail, strength, summary), wall-clock seconds, the command, the
   machine's core count, and the numbers behind the verdict.
 """
 
@@ -66,7 +66,9 @@ def render_markdown(study: Study, outcome: StudyOutcome, wall: float, command: s
     for heading, columns, rows in outcome.more_tables:
         parts += [f"**{heading}**", "", markdown_table(columns, rows), ""]
     parts += [
-        f"**Verdict: {verdict.label}** ({verdict.strength}). {verdict.summary}",
+        f"**Verdict: {verdict.label}**"
+        + (f": {verdict.detail}" if verdict.detail else "")
+        + f" ({verdict.strength}). {verdict.summary}",
     ]
     if outcome.notes:
         parts += ["", *(f"- {note}" for note in outcome.notes)]
@@ -104,6 +106,7 @@ def run_study(
         "seed": options.seed,
         "held": outcome.verdict.held,
         "verdict": outcome.verdict.label,
+        "verdict_detail": outcome.verdict.detail,
         "strength": outcome.verdict.strength,
         "summary": outcome.verdict.summary,
         "wall_clock_s": round(wall, 3),

@@ -194,7 +194,12 @@ def verdict(result: dict[str, Any]) -> Verdict:
     truncating beyond 2 s.e. (paired by task)."""
     diffs = {b: r["summarize_minus_truncate"] for b, r in result["budgets"].items()}
     if any(math.isnan(se) for _, se in diffs.values()):
-        return Verdict(None, "too few compacted tasks", "Too few tasks compacted in both modes.")
+        return Verdict(
+            "undecided",
+            "too few compacted tasks",
+            "Too few tasks compacted in both modes.",
+            "rests on tasks that compact under both modes",
+        )
     parts = []
     for budget, r in result["budgets"].items():
         err = {m: r["error"][m][0] for m in MODES}
@@ -215,11 +220,23 @@ def verdict(result: dict[str, Any]) -> Verdict:
     strength = ", ".join(f"{b}: {_fmt(d, sign=True)}" for b, d in diffs.items())
     if all(better):
         return Verdict(
-            True, "summarize beats truncate beyond 2 s.e. at every budget: " + strength, summary
+            "held", "summarize beats truncate beyond 2 s.e. at every budget: " + strength, summary
+        )
+    if any(better) and not any(worse):
+        ahead = [b for b, ok in zip(diffs, better, strict=True) if ok]
+        level = [b for b, ok in zip(diffs, better, strict=True) if not ok]
+        return Verdict(
+            "held in part",
+            "summarize beats truncate beyond 2 s.e. at some budgets: " + strength,
+            summary,
+            f"summaries beat truncation at budget {', '.join(map(str, ahead))}, not at "
+            f"{', '.join(map(str, level))}",
         )
     if any(worse):
-        return Verdict(False, "truncate beats summarize beyond 2 s.e.: " + strength, summary)
-    return Verdict(False, "no difference beyond 2 s.e.: " + strength, summary)
+        return Verdict(
+            "did not hold", "truncate beats summarize beyond 2 s.e.: " + strength, summary
+        )
+    return Verdict("did not hold", "no difference beyond 2 s.e.: " + strength, summary)
 
 
 def _figure(result: dict[str, Any]) -> Figure:

@@ -18,7 +18,15 @@ An instance that cannot be loaded is skipped, and `skipped` says why, one line e
 missing field, a repository not on disk, a commit not in it, a patch that does not apply,
 a patch that deletes or renames a file (task edits write files, they cannot delete them),
 a binary file the patch touches, a test id that is not a pytest node id, a listed test
-file that does not exist.
+file that does not exist, a test file or a patched file over `max_file_bytes` (named with
+its size), a repository whose text files pass `max_total_bytes`.
+
+Size limits: a file over `max_file_bytes` (default 2 MB) is left out of the workspace and
+listed in the task's `metadata["left_out"]` with its size; if the instance's tests or its
+fix need it, the instance is skipped saying so. The test files of real repositories can
+be well past 200 KB (the old default, which dropped them and then reported a listed test
+file "not in the repository"); 2 MB a file holds them, and the whole workspace is capped
+by `max_total_bytes` (default 200 MB) instead, as each task holds its files in memory.
 
 Limitations: the hidden tests run from `_grading/`, so a `conftest.py` next to the
 original tests applies only if `test_patch` touches it; binary files of the repository
@@ -115,7 +123,8 @@ class SWEBenchTaskSource:
         repos: Path,
         split: Split = Split.HELDOUT,
         category: Category = Category.DEBUGGING,
-        max_file_bytes: int = 200_000,
+        max_file_bytes: int = 2_000_000,
+        max_total_bytes: int = 200_000_000,
     ) -> None:
         self.name = name
         self.path = Path(path)
@@ -123,6 +132,7 @@ class SWEBenchTaskSource:
         self.split = split
         self.category = category
         self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
         self.skipped: list[Skipped] = []
         self._tasks: list[Task] | None = None
 
@@ -170,20 +180,40 @@ class SWEBenchTaskSource:
         looked = ", ".join(str(c) for c in candidates)
         raise InstanceError(f"repository {repo!r} is not on disk (looked for {looked})")
 
-    def _tree(self, root: Path) -> dict[str, str]:
-        """The text files of the checkout at `root`: tracked, and created by a patch."""
+    def _tree(self, root: Path) -> tuple[dict[str, str], dict[str, int]]:
+        """The text files of the checkout at `root` (tracked, and created by a patch), and
+        the files left out for being over `max_file_bytes`, with their sizes."""
         ls = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         listing = ls.stdout.split("\0")
         files: dict[str, str] = {}
+        too_large: dict[str, int] = {}
+        total = 0
         for rel in filter(None, listing):
             path = root / rel
-            if not path.is_file() or path.is_symlink() or path.stat().st_size > self.max_file_bytes:
+            if not path.is_file() or path.is_symlink():
+                continue
+            size = path.stat().st_size
+            if size > self.max_file_bytes:
+                too_large[rel] = size
                 continue
             try:
                 files[rel] = path.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 continue
-        return files
+            total += size
+            if total > self.max_total_bytes:
+                raise InstanceError(
+                    f"the repository's text files pass max_total_bytes={self.max_total_bytes:,} "
+                    f"(at {rel!r}); raise SWEBenchTaskSource(max_total_bytes=...) to load it"
+                )
+        return files, too_large
+
+    def _too_large(self, rel: str, size: int, role: str) -> InstanceError:
+        return InstanceError(
+            f"{role} {rel!r} is {size:,} bytes, over max_file_bytes={self.max_file_bytes:,}, so "
+            "it was left out of the workspace; raise SWEBenchTaskSource(max_file_bytes=...) "
+            "to load this instance"
+        )
 
     def _apply(self, root: Path, patch: str, what: str) -> None:
         if not patch.strip():
@@ -213,16 +243,22 @@ class SWEBenchTaskSource:
             if clone.returncode != 0:
                 raise InstanceError(f"cannot clone {source}: {clone.stderr.strip()}")
             _git(root, "checkout", "-q", commit).check_returncode()
-            base = self._tree(root)
+            base, left_out = self._tree(root)
             solution = self._changes(root, str(data["patch"]), "patch", base)
+            for edit in solution:
+                if edit.path in left_out:
+                    raise self._too_large(edit.path, left_out[edit.path], "the patched file")
             _git(root, "checkout", "-q", "--", ".")
             _git(root, "clean", "-qfd")
             touched = self._touched(root, str(data["test_patch"]))
             self._apply(root, str(data["test_patch"]), "test_patch")
-            after_tests = self._tree(root)
+            after_tests, too_large = self._tree(root)
         hidden: dict[str, str] = {}
         listed = {t.split("::", 1)[0] for t in fail_to_pass + pass_to_pass}
         for rel in sorted(listed | touched):
+            if rel in too_large:
+                role = "listed test file" if rel in listed else "test file"
+                raise self._too_large(rel, too_large[rel], role)
             if rel not in after_tests:
                 if rel in listed:
                     raise InstanceError(f"listed test file {rel!r} is not in the repository")
@@ -250,6 +286,7 @@ class SWEBenchTaskSource:
                     "split": self.split.value,
                     "FAIL_TO_PASS": fail_to_pass,
                     "PASS_TO_PASS": pass_to_pass,
+                    "left_out": left_out,  # path -> bytes, over max_file_bytes
                 },
             )
         except ValidationError as exc:

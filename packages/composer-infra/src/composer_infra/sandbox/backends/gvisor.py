@@ -94,7 +94,8 @@ UNCOUNTED_PIDS = 1 << 22
 # dash waits for its foreground `sleep` with waitpid(-1), which reaps every child, the
 # reparented orphans included. It was a Python loop around os.wait(); a shell and a
 # sleep are a tenth of its memory, and every checkpoint saves and every restore loads
-# the init's memory: restore went from ~330 to ~240 ms (see the README). (gVisor here
+# the init's memory: restore went from ~330 to ~240 ms
+# (docs/infra/2026-sandbox-throughput.md). (gVisor here
 # does not auto-reap for an init that ignores SIGCHLD, so `sleep infinity` would not do.)
 _INIT_ARGV = ["/bin/sh", "-c", "while :; do sleep 3600; done"]
 

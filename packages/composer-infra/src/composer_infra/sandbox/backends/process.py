@@ -2,8 +2,8 @@
 
 It isolates nothing: the command sees the host's files and network and runs as us.
 It exists for development on machines without user namespaces, is never picked as a
-default, and warns every time a sandbox is started with it. The README's
-containment table lists what it does not contain.
+default, and warns every time a sandbox is started with it. The containment
+table (docs/infra/containment.md) lists what it does not contain.
 
 Where the host gives us cgroups, each sandbox's commands run in a cgroup of their
 own, which bounds their memory and process count together and lets every process
