@@ -471,10 +471,9 @@ def test_missing_and_half_written_directories_open_with_a_note(
     assert "older version" in older and "scored_after_step" in older
     rid = _rid(server, dirs["older"])
     episode = _lines(dirs["older"])[0]["episode"]
-    _open(
-        browser, f"{server.url}runs/{rid}/episode?id={quote(episode)}", "[data-role=token-view] p"
-    )
-    assert "groups/" in browser.find_element(By.CSS_SELECTOR, "[data-role=token-view]").text
+    # the page first shows a "loading tokens…" placeholder; wait for the note that replaces it
+    _open(browser, f"{server.url}runs/{rid}/episode?id={quote(episode)}", "[data-role=token-note]")
+    assert "groups/" in browser.find_element(By.CSS_SELECTOR, "[data-role=token-note]").text
 
 
 def test_no_request_leaves_loopback(
