@@ -49,12 +49,9 @@ _LAZY_EXPORTS = {
         "GroupStore",
         "FinishedGroup",
         "EpisodeRecord",
-        "RolloutCheckpoint",
-        "RolloutStore",
-        "SingleEpochSampler",
         "atomic_write_bytes",
     ),
-    "composer_infra.runtime": ("RayRuntime", "RuntimeConfig", "SlotReconciler"),
+    "composer_infra.runtime": ("RayRuntime", "RuntimeConfig"),
 }
 __all__ += [name for names in _LAZY_EXPORTS.values() for name in names]
 

@@ -1,16 +1,17 @@
 """A short, real RL-shaped run used by the SIGKILL test (run in a forked child process).
 
-Single-epoch sampler over prompts; a tiny bigram policy samples a group of completions
-per prompt; rewards and group-relative advantages; groups persisted the moment they are
-finished, one step ahead of training (as an asynchronous pipeline would); an Adam step
-on a policy-gradient loss; a step checkpoint after every step. Restarted after a kill,
-it resumes from the latest checkpoint and reuses persisted groups instead of
-regenerating them.
+A single epoch over the prompts in a seeded order (its state is one position); a tiny
+bigram policy samples a group of completions per prompt; rewards and group-relative
+advantages; groups persisted the moment they are finished, one step ahead of training (as
+an asynchronous pipeline would); an Adam step on a policy-gradient loss; a step checkpoint
+after every step. Restarted after a kill, it resumes from the latest checkpoint and
+reuses persisted groups instead of regenerating them.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -21,12 +22,10 @@ from composer_infra.checkpoint import (
     EpisodeRecord,
     FinishedGroup,
     GroupStore,
-    SingleEpochSampler,
     StepCheckpointer,
 )
 
 VOCAB = 16
-PLUGINS = [{"name": "length_penalty", "k": 0.1, "q": 0.5}, {"name": "todo_monitor"}]
 
 
 def group_id(prompt: int) -> str:
@@ -88,22 +87,25 @@ def run(
     torch.manual_seed(seed)
     policy = nn.Embedding(VOCAB, VOCAB)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
-    sampler = SingleEpochSampler(prompts, seed=seed)
+    order = list(range(prompts))
+    random.Random(seed).shuffle(order)
+    position = 0  # prompts handed out so far
     checkpoints = StepCheckpointer(run_dir / "ckpt", keep_last=2)
     groups = GroupStore(run_dir / "groups")
     step, trained, consumed = 0, [], []
     state = checkpoints.load(policy, optimizer)
     if state is not None:
-        assert state.plugins == PLUGINS, state.plugins
-        sampler.load_state_dict(state.sampler)
+        assert state.sampler["num_items"] == prompts and state.sampler["seed"] == seed
+        position = state.sampler["position"]
         step, trained, consumed = state.step, state.extra["trained"], state.extra["consumed"]
     if ready is not None:
         ready.send("ready")
 
-    while not sampler.exhausted:
-        batch = sampler.take(groups_per_step)
+    while position < prompts:
+        batch = order[position : position + groups_per_step]
+        position += len(batch)
         # Generation runs one step ahead of training, so persisted-but-untrained groups exist.
-        for prompt in batch + sampler.peek(groups_per_step):
+        for prompt in batch + order[position : position + groups_per_step]:
             if group_id(prompt) not in groups:
                 groups.put(generate_group(policy, prompt, group_size, version=step))
         finished = [groups.get(group_id(p)) for p in batch]
@@ -118,9 +120,8 @@ def run(
             step=step,
             model=policy,
             optimizer=optimizer,
-            sampler=sampler.state_dict(),
+            sampler={"num_items": prompts, "seed": seed, "position": position},
             policy_version=step,
-            plugins=PLUGINS,
             extra={"trained": trained, "consumed": consumed},
         )
 

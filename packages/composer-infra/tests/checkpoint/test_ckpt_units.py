@@ -1,7 +1,8 @@
-"""Step, group and rollout checkpoints: exact resume, write-once groups, handover of rollouts."""
+"""Step and group checkpoints: exact resume, write-once groups, fallback past damage."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from pathlib import Path
@@ -17,13 +18,9 @@ from composer_infra.checkpoint import (
     FinishedGroup,
     GroupExists,
     GroupStore,
-    RolloutCheckpoint,
-    RolloutStore,
-    SingleEpochSampler,
     StepCheckpointer,
     atomic_directory,
 )
-from composer_infra.store import FileStore
 
 
 class TiedLM(nn.Module):
@@ -60,18 +57,11 @@ def test_resume_is_bit_exact(tmp_path: Path) -> None:
     random.seed(0)
     model = TiedLM()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sampler = SingleEpochSampler(10, seed=3)
+    sampler = {"num_items": 10, "seed": 3, "position": 4}
     train(model, opt, 3)
-    sampler.take(4)
     ckpt = StepCheckpointer(tmp_path)
     ckpt.save(
-        step=3,
-        model=model,
-        optimizer=opt,
-        sampler=sampler.state_dict(),
-        policy_version=3,
-        plugins=[{"name": "style", "weight": 0.5}],
-        extra={"note": "x"},
+        step=3, model=model, optimizer=opt, sampler=sampler, policy_version=3, extra={"note": "x"}
     )
     expected_losses = train(model, opt, 3)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
@@ -83,14 +73,29 @@ def test_resume_is_bit_exact(tmp_path: Path) -> None:
     random.seed(123)
     state = StepCheckpointer(tmp_path).load(resumed, resumed_opt)
     assert state is not None and state.step == 3 and state.policy_version == 3
-    assert state.plugins == [{"name": "style", "weight": 0.5}] and state.extra == {"note": "x"}
-    resumed_sampler = SingleEpochSampler(10, seed=3)
-    resumed_sampler.load_state_dict(state.sampler)
-    assert resumed_sampler.peek(10) == sampler.peek(10)
+    assert state.sampler == sampler and state.extra == {"note": "x"}
     assert resumed.head.weight is resumed.embed.weight  # tie survives
     assert train(resumed, resumed_opt, 3) == expected_losses
     for name, tensor in resumed.state_dict().items():
         assert torch.equal(tensor, expected[name]), name
+
+
+def test_a_checkpoint_with_the_old_plugins_list_still_loads(tmp_path: Path) -> None:
+    """Checkpoints written before `StepState.plugins` was dropped hold ``"plugins": []``."""
+    model = nn.Linear(2, 2)
+    ckpt = StepCheckpointer(tmp_path)
+    path = ckpt.save(
+        step=1,
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        sampler={},
+        policy_version=1,
+    )
+    state = json.loads((path / "state.json").read_text())
+    assert "plugins" not in state
+    (path / "state.json").write_text(json.dumps({**state, "plugins": []}, indent=1))
+    loaded = ckpt.load(nn.Linear(2, 2))
+    assert loaded is not None and loaded.step == 1 and loaded.sampler == {}
 
 
 def test_retention_and_latest(tmp_path: Path) -> None:
@@ -120,14 +125,6 @@ def test_failed_directory_write_leaves_nothing(tmp_path: Path) -> None:
         (tmp / "a").write_text("x")
         raise RuntimeError("writer failed")
     assert list(tmp_path.iterdir()) == []
-
-
-def test_sampler_single_epoch_and_mismatch() -> None:
-    sampler = SingleEpochSampler(7, seed=1)
-    taken = sampler.take(3) + sampler.take(3) + sampler.take(3)
-    assert sorted(taken) == list(range(7)) and sampler.exhausted
-    with pytest.raises(ValueError, match="same prompt set and seed"):
-        SingleEpochSampler(8, seed=1).load_state_dict(sampler.state_dict())
 
 
 def episode(i: int, n: int = 3) -> EpisodeRecord:
@@ -164,51 +161,6 @@ def test_episode_token_alignment_is_checked() -> None:
             reward=0.0,
             advantage=0.0,
         )
-
-
-class ToyWorker:
-    """Generates a rollout token by token, checkpointing after each; resumable anywhere."""
-
-    def __init__(self, name: str, store: RolloutStore) -> None:
-        self.name, self.store = name, store
-
-    def run(
-        self, rollout_id: str, prompt: int, length: int, stop_after: int | None = None
-    ) -> RolloutCheckpoint:
-        ck = self.store.load(rollout_id) or RolloutCheckpoint(
-            rollout_id=rollout_id, prompt_id=prompt
-        )
-        while len(ck.tokens) < length:
-            if stop_after is not None and len(ck.tokens) >= stop_after:
-                return ck  # the worker "dies" here; its progress is in the store
-            pos = len(ck.tokens)
-            g = torch.Generator().manual_seed(prompt * 1000 + pos)  # position-keyed sampling
-            token = int(torch.randint(0, 100, (1,), generator=g))
-            ck = ck.model_copy(
-                update={
-                    "tokens": [*ck.tokens, token],
-                    "logprobs": [*ck.logprobs, -1.0],
-                    "policy_versions": [*ck.policy_versions, 7],
-                    "sandbox_snapshot": f"snap://{rollout_id}/{pos}",
-                    "worker": self.name,
-                }
-            )
-            self.store.save(ck)
-        return ck.model_copy(update={"done": True})
-
-
-def test_rollout_resumes_on_another_worker(tmp_path: Path) -> None:
-    store = RolloutStore(FileStore(tmp_path))
-    uninterrupted = ToyWorker("solo", RolloutStore(FileStore(tmp_path / "solo"))).run("r1", 4, 10)
-    partial = ToyWorker("a", store).run("r1", 4, 10, stop_after=6)
-    assert len(partial.tokens) == 6 and store.ids() == ["r1"]
-    saved = store.load("r1")
-    assert saved is not None and saved.sandbox_snapshot == "snap://r1/5" and saved.worker == "a"
-    finished = ToyWorker("b", store).run("r1", 4, 10)
-    assert finished.tokens == uninterrupted.tokens
-    assert finished.worker == "b" and finished.done
-    store.delete("r1")
-    assert store.load("r1") is None
 
 
 def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_is_used(

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import ray
-
-from composer_infra.checkpoint.rollout import RolloutCheckpoint, RolloutStore
-from composer_infra.store.objects import FileStore
 
 
 def expected_token(prompt: int, position: int) -> int:
@@ -24,48 +20,32 @@ def node_id() -> str | None:
 
 
 class TokenRolloutService:
-    """A rollout worker: writes a rollout checkpoint after every token; resumes from one.
+    """A rollout worker: a deterministic policy's tokens for a prompt, and where it ran.
 
-    ``payload``: ``prompt``, ``length``, optional ``delay`` per token, ``crash_at`` (the
-    process exits hard at that position, once; a marker file remembers it happened) and
-    ``wait_for`` (a file to wait for before starting).
+    ``payload``: ``prompt``, ``length`` and optional ``crash_at`` (the process exits hard
+    at that position, once; a marker file remembers it happened). ``calls`` lives in the
+    actor's memory only, so a restarted actor counts from zero again.
     """
 
-    def __init__(self, name: str, store_dir: str, marker_dir: str) -> None:
+    def __init__(self, name: str, marker_dir: str) -> None:
         self.name = name
-        self.store = RolloutStore(FileStore(store_dir))
         self.marker_dir = Path(marker_dir)
         self.marker_dir.mkdir(parents=True, exist_ok=True)
+        self.calls = 0
 
     def rollout(self, item_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if "wait_for" in payload:
-            deadline = time.monotonic() + 120
-            while not Path(payload["wait_for"]).exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
-        ck = self.store.load(item_id) or RolloutCheckpoint(
-            rollout_id=item_id, prompt_id=payload["prompt"]
-        )
-        resumed_from = len(ck.tokens)
-        while len(ck.tokens) < payload["length"]:
-            position = len(ck.tokens)
+        self.calls += 1
+        tokens: list[int] = []
+        for position in range(payload["length"]):
             if payload.get("crash_at") == position:
                 marker = self.marker_dir / f"{item_id}.crashed"
                 if not marker.exists():
                     marker.write_text(str(os.getpid()))
                     os._exit(1)  # a hard crash: no cleanup, no exception
-            time.sleep(payload.get("delay", 0.0))
-            ck = ck.model_copy(
-                update={
-                    "tokens": [*ck.tokens, expected_token(payload["prompt"], position)],
-                    "policy_versions": [*ck.policy_versions, 0],
-                    "sandbox_snapshot": f"snapshot/{item_id}/{position}",
-                    "worker": self.name,
-                }
-            )
-            self.store.save(ck)
+            tokens.append(expected_token(payload["prompt"], position))
         return {
-            "tokens": ck.tokens,
-            "resumed_from": resumed_from,
+            "tokens": tokens,
+            "calls": self.calls,
             "worker": self.name,
             "pid": os.getpid(),
             "node": node_id(),

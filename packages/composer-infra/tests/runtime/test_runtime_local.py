@@ -1,4 +1,4 @@
-"""The Ray runtime on a local instance: services as actors, slots, crashes and kills."""
+"""The Ray runtime on a local instance: services as actors, crashes and kills."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import ray
 from _runtime_services import EvaluationService, TokenRolloutService, expected_token
 
-from composer_infra.runtime import RayRuntime, RuntimeConfig, SlotReconciler
+from composer_infra.runtime import RayRuntime, RuntimeConfig
 
 HERE = Path(__file__).parent
 
@@ -46,68 +46,35 @@ def test_plain_class_runs_directly_and_as_an_actor(runtime: RayRuntime) -> None:
         runtime.spawn(EvaluationService())  # type: ignore[arg-type]
 
 
-def test_slots_stay_full_without_a_global_barrier(runtime: RayRuntime, tmp_path: Path) -> None:
-    workers = [
-        runtime.spawn(TokenRolloutService, f"w{i}", str(tmp_path / "r"), str(tmp_path / "m"))
-        for i in range(3)
-    ]
-    gate = tmp_path / "release-the-slow-one"
-    items = [("slow", {"prompt": 0, "length": 3, "wait_for": str(gate)})]
-    items += [(f"fast-{i}", {"prompt": i + 1, "length": 3}) for i in range(6)]
-    done: list[str] = []
-
-    def on_result(item_id: str, result: dict[str, Any]) -> None:
-        done.append(item_id)
-        if len(done) == 6:  # every fast item went through the other slots meanwhile
-            gate.touch()
-
-    stats = SlotReconciler(workers, method="rollout", slots=3).run(items, on_result)
-    assert done[-1] == "slow" and sorted(done[:-1]) == sorted(i for i, _ in items[1:])
-    assert stats.max_in_flight == 3 and stats.completed == 7 and stats.retried == 0
-
-
 @pytest.mark.slow
-def test_killed_and_crashing_actors_lose_nothing(runtime: RayRuntime, tmp_path: Path) -> None:
-    workers = [
-        runtime.spawn(
-            TokenRolloutService, f"w{i}", str(tmp_path / "rollouts"), str(tmp_path / "markers")
-        )
-        for i in range(3)
-    ]
-    length = 8
-    items = [(f"item-{i}", {"prompt": i, "length": length, "delay": 0.01}) for i in range(8)]
-    # Two items make their worker process exit hard (os._exit) partway through.
-    items[2][1]["crash_at"] = 5
-    items[6][1]["crash_at"] = 6
-    results: dict[str, dict[str, Any]] = {}
-
-    def on_result(item_id: str, result: dict[str, Any]) -> None:
-        results[item_id] = result
-        if len(results) == 3:
-            ray.kill(workers[1], no_restart=False)  # and one is killed from outside
-
-    stats = SlotReconciler(workers, method="rollout", slots=3).run(items, on_result)
-    assert sorted(results) == sorted(i for i, _ in items)
-    for item_id, payload in items:
-        expected = [expected_token(int(payload["prompt"]), p) for p in range(length)]
-        assert results[item_id]["tokens"] == expected, item_id
-    # The crashed items resumed from their last rollout checkpoint, not from scratch (a
-    # retry may itself be cut short by the outside kill, so later progress is fine too).
-    assert results["item-2"]["resumed_from"] >= 5
-    assert results["item-6"]["resumed_from"] >= 6
-    assert stats.actor_failures >= 2 and stats.retried == stats.actor_failures
-    # The killed and crashed actors came back (max_restarts) and still answer.
-    for worker in workers:
-        assert wait_until_answers(worker)["name"].startswith("w")
+def test_crashed_and_killed_actors_come_back_fresh(runtime: RayRuntime, tmp_path: Path) -> None:
+    """`spawn` gives an actor `max_restarts`: a hard crash or an outside kill costs the call
+    in flight (Ray does not retry it: the caller decides), and the actor comes back with a
+    fresh instance (its constructor ran again) that answers the same call."""
+    worker = runtime.spawn(TokenRolloutService, "w0", str(tmp_path / "markers"))
+    payload = {"prompt": 3, "length": 6, "crash_at": 4}
+    expected = [expected_token(3, p) for p in range(6)]
+    first = ray.get(worker.rollout.remote("warm-up", {"prompt": 3, "length": 6}))
+    assert first["tokens"] == expected and first["calls"] == 1
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(worker.rollout.remote("item", payload))  # os._exit(1) partway through
+    after_crash = wait_until_restarted(worker, first["pid"])
+    again = ray.get(worker.rollout.remote("item", payload))  # it crashes only once
+    assert again["tokens"] == expected and again["calls"] == 1  # a fresh instance
+    ray.kill(worker, no_restart=False)
+    assert wait_until_restarted(worker, after_crash["pid"])["name"] == "w0"
 
 
-def wait_until_answers(worker: Any, timeout_s: float = 120) -> dict[str, Any]:
-    """Call `where()` until the actor is past any restart it is going through."""
+def wait_until_restarted(worker: Any, old_pid: int, timeout_s: float = 120) -> dict[str, Any]:
+    """Call `where()` until a process other than `old_pid` answers (the restarted actor)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return ray.get(worker.where.remote(), timeout=timeout_s)
-        except ray.exceptions.ActorUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+            where: dict[str, Any] = ray.get(worker.where.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:  # restarting, or the call died with the old one
+            where = {"pid": old_pid}
+        if where["pid"] != old_pid:
+            return where
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the actor of pid {old_pid} did not come back in {timeout_s} s")
+        time.sleep(0.5)

@@ -17,7 +17,7 @@ import pytest
 import ray
 from _runtime_services import TokenRolloutService, expected_token
 
-from composer_infra.runtime import LocalCluster, RayRuntime, RuntimeConfig, SlotReconciler
+from composer_infra.runtime import LocalCluster, RayRuntime, RuntimeConfig
 
 HERE = Path(__file__).parent
 
@@ -72,11 +72,7 @@ def test_services_run_across_a_head_and_a_worker_node(
         }
         workers = [
             runtime.spawn(
-                TokenRolloutService,
-                name,
-                str(tmp_path / "rollouts"),
-                str(tmp_path / "markers"),
-                resources={resource: 0.1},
+                TokenRolloutService, name, str(tmp_path / "markers"), resources={resource: 0.1}
             )
             for name, resource in (("on-head", "head_node"), ("on-worker", "worker_node"))
         ]
@@ -85,11 +81,10 @@ def test_services_run_across_a_head_and_a_worker_node(
         assert [p["node"] for p in placed] == [node_of["head_node"], node_of["worker_node"]]
 
         items = [(f"item-{i}", {"prompt": i, "length": 4}) for i in range(6)]
-        results: dict[str, dict[str, Any]] = {}
-        SlotReconciler(workers, method="rollout", slots=2).run(
-            items, lambda i, r: results.__setitem__(i, r)
+        refs = [workers[n % 2].rollout.remote(i, p) for n, (i, p) in enumerate(items)]
+        results: dict[str, dict[str, Any]] = dict(
+            zip((i for i, _ in items), ray.get(refs, timeout=180), strict=True)
         )
-        assert sorted(results) == sorted(i for i, _ in items)
         for item_id, payload in items:
             assert results[item_id]["tokens"] == [
                 expected_token(payload["prompt"], p) for p in range(4)

@@ -1,7 +1,7 @@
-"""Policy-aware checkpoints: step (trainer), group (finished work), rollout (in flight)."""
+"""Policy-aware checkpoints: step (trainer) and group (finished work)."""
 
-# Submodules are imported on first use: a sandbox-side worker that only needs the light
-# parts (rollout checkpoints, object stores) does not pay for importing torch.
+# Submodules are imported on first use: a caller that only needs the light parts (group
+# records, atomic writes) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
 from composer_infra._lazy import lazy_getattr
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
         GroupStore,
     )
     from composer_infra.checkpoint.rng import rng_state, set_rng_state
-    from composer_infra.checkpoint.rollout import RolloutCheckpoint, RolloutStore
-    from composer_infra.checkpoint.sampler import SingleEpochSampler
     from composer_infra.checkpoint.step import CheckpointError, StepCheckpointer, StepState
 
 _EXPORTS = {
@@ -36,8 +34,6 @@ _EXPORTS = {
         "GroupStore",
     ),
     "composer_infra.checkpoint.rng": ("rng_state", "set_rng_state"),
-    "composer_infra.checkpoint.rollout": ("RolloutCheckpoint", "RolloutStore"),
-    "composer_infra.checkpoint.sampler": ("SingleEpochSampler",),
     "composer_infra.checkpoint.step": ("CheckpointError", "StepCheckpointer", "StepState"),
 }
 
@@ -50,9 +46,6 @@ __all__ = [
     "FinishedGroup",
     "GroupExists",
     "GroupStore",
-    "RolloutCheckpoint",
-    "RolloutStore",
-    "SingleEpochSampler",
     "StepCheckpointer",
     "StepState",
     "atomic_directory",

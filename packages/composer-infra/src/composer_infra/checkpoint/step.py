@@ -7,8 +7,8 @@ exists complete or not at all, and ``latest`` only ever names complete ones::
     ckpt/step-00000012-3f9a1c2e/model.safetensors   model weights (shared tensors handled)
                                 optimizer.pt        optimizer.state_dict()
                                 rng.pt              Python / NumPy / torch (/ CUDA) RNG states
-                                state.json          step, policy version, sampler position,
-                                                    plugin registry, caller's extra state
+                                state.json          step, policy version, sampler state,
+                                                    caller's extra state
     ckpt/latest                                     "step-00000012-3f9a1c2e"
 
 Resuming (`load` without a path) starts from the checkpoint ``latest`` names and, if that
@@ -59,9 +59,6 @@ class StepState(BaseModel):
     step: int = Field(ge=0)
     policy_version: int = Field(ge=0)
     sampler: dict[str, Any]
-    plugins: list[Any] = Field(
-        default_factory=list, description="the plugin registry: opaque specs the caller restores"
-    )
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -86,7 +83,6 @@ class StepCheckpointer:
         optimizer: torch.optim.Optimizer,
         sampler: dict[str, Any],
         policy_version: int,
-        plugins: list[Any] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> Path:
         """Write a checkpoint, then point ``latest`` at it; returns its directory."""
@@ -94,7 +90,6 @@ class StepCheckpointer:
             step=step,
             policy_version=policy_version,
             sampler=sampler,
-            plugins=list(plugins or []),
             extra=dict(extra or {}),
         )
         final = self.root / f"step-{step:08d}-{uuid.uuid4().hex[:8]}"

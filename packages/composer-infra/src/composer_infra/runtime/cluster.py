@@ -4,8 +4,10 @@ Services are ordinary classes (unit tests construct them directly); `RayRuntime.
 turns one into an actor with ``max_restarts`` so that a crashed process comes back with
 a fresh instance (its constructor runs again; durable progress lives in checkpoints,
 not in the actor's memory). Tasks are not retried by Ray itself (``max_task_retries=0``):
-the `SlotReconciler` decides what to resubmit, and the service resumes the work from
-its last rollout checkpoint.
+the caller decides what to run again. composer-rl's RL loop does it from its own state: a
+restarted training service resumes from its last step checkpoint, and a resumed run
+generates again every task it had drawn whose group never finished
+(`composer_rl.rl.orchestrator`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ See `publisher` (trainer side), `subscriber` (inference side), `objects` / `s3` 
 and `hookspecs` (adding a store by plugin).
 """
 
-# Submodules are imported on first use: a sandbox-side worker that only needs the light
-# parts (rollout checkpoints, object stores) does not pay for importing torch.
+# Submodules are imported on first use: a process that only needs the light parts (the
+# object stores) does not pay for importing torch.
 from typing import TYPE_CHECKING
 
 from composer_infra._lazy import lazy_getattr

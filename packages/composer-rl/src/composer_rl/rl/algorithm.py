@@ -10,8 +10,9 @@ This is the whole objective of the report's RL stage, in the order a step applie
    token, detached and subtracted from that token's advantage, ``A_t = A - beta * k1_t``.
    Used as a differentiable loss, k1 has zero expected gradient on-policy; folded into the
    advantage it is the usual "KL penalty in the reward". k3 ``(r - 1) - log r`` with
-   ``r = pi_ref / pi`` is computed beside it (selectable) because the report's point is
-   that k3's variance explodes as the policies diverge.
+   ``r = pi_ref / pi`` is computed and reported beside it (``rl_objective(kl_estimator="k3")``
+   penalises with it instead) because the report's point is that k3's variance explodes
+   as the policies diverge.
 3. **Truncated importance sampling**: tokens were sampled by older versions (asynchrony,
    in-flight updates). Their gradient is weighted by ``min(pi_train / pi_behaviour, C)``,
    detached; the share of tokens at the cap is a metric.
@@ -75,14 +76,6 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 = (r - 1) - log r with r = pi_ref / pi (non-negative; variance explodes as pi leaves pi_ref)."""
     log_ratio = ref_logp - logp
     return torch.expm1(log_ratio) - log_ratio
-
-
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KLEstimator) -> torch.Tensor:
-    if estimator == "k1":
-        return kl_k1(logp, ref_logp)
-    if estimator == "k3":
-        return kl_k3(logp, ref_logp)
-    raise ValueError(f"unknown KL estimator {estimator!r}; use 'k1' or 'k3'")
 
 
 def truncated_is_weights(
@@ -199,7 +192,6 @@ __all__ = [
     "KLEstimator",
     "RLTerms",
     "group_advantages",
-    "kl_estimate",
     "kl_k1",
     "kl_k3",
     "policy_gradient_loss",
