@@ -181,3 +181,17 @@ def test_a_component_added_mid_run_says_how_many_episodes(reference: Path) -> No
     assert "correctness" in text and "(3 of 3" not in text
     other = {**summary, "reward_components_episodes": {"correctness": 3, "tests_touched": 3}}
     assert "(A: 2 of 3 episodes)" in _render(summary, other)
+
+
+def test_scoring_reports_its_episodes_as_plain_lines_on_stderr(
+    do_nothing: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long scoring pass in a log file shows where it is; stdout stays the report's."""
+    tasks = bench.bench_tasks()[:2]
+    run_eval(do_nothing, tasks, EvalConfig(runner=QUICK))
+    captured = capsys.readouterr()
+    assert "scoring" not in captured.out
+    lines = [line for line in captured.err.splitlines() if line.startswith("scoring (")]
+    assert lines and lines[-1].startswith("scoring (greedy): done, 2/2 episodes"), captured.err
+    run_eval(do_nothing, tasks, EvalConfig(runner=QUICK, show_progress=False))
+    assert "scoring" not in capsys.readouterr().err

@@ -8,7 +8,9 @@ import re
 import pytest
 
 from composer_rl.stages.config import load_stage1_config
-from composer_rl.stages.copying import TASK_NAMES, copy_document, copy_documents, identifier
+from composer_rl.stages.copying import copy_document, copy_documents
+from composer_rl.tasks.invented import TASK_NAMES
+from composer_rl.tasks.invented import invented_name as identifier
 from composer_rl.tasks.templates.vocab import POOLS, Split, names
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -284,14 +285,24 @@ class EpisodeRunner:
 
     # --- the batch ------------------------------------------------------------------------
 
-    def run(self, tasks: list[Task], samples_per_task: int = 1) -> list[EpisodeResult]:
-        """Run `samples_per_task` episodes of every task; results in (task, sample) order."""
+    def run(
+        self,
+        tasks: list[Task],
+        samples_per_task: int = 1,
+        on_episode: Callable[[int], None] | None = None,
+    ) -> list[EpisodeResult]:
+        """Run `samples_per_task` episodes of every task; results in (task, sample) order.
+        `on_episode(n)` is called with the count of graded episodes as it grows (progress
+        of a long scoring pass)."""
         for task in tasks:
             for sample in range(samples_per_task):
                 self.submit(task, sample)
         done: list[EpisodeResult] = []
         while self.in_flight:
-            done += self.poll()
+            graded = self.poll()
+            done += graded
+            if graded and on_episode is not None:
+                on_episode(len(done))
         order = {
             (t.id, s): i
             for i, (t, s) in enumerate((t, s) for t in tasks for s in range(samples_per_task))

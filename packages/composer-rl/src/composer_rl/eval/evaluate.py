@@ -55,6 +55,7 @@ from composer_rl.eval.passk import pass_at_k
 from composer_rl.eval.side import SIDE_VERSION, InterruptingRunner, side_scores
 from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import PluginSession, build_plugin_manager
+from composer_rl.stages.progress import Show, StepProgress
 from composer_rl.tasks.model import Task
 
 
@@ -71,6 +72,9 @@ class EvalConfig:
     run_dir: Path | None = None
     """With one, plugin requests are applied between steps and metrics.jsonl is written."""
     tasks_per_step: int = 0
+    show_progress: Show = "lines"
+    """Progress of the episodes as they are graded (`composer_rl.stages.progress.Show`):
+    plain lines by default, so a log file of a long scoring pass shows where it is."""
     """Tasks per step (0: enough to fill one decode batch, max_batch_size // samples)."""
     baselines: tuple[BaselineName, ...] = ()
     """Baseline policies to score on the same tasks (`baseline_checkpoints.BASELINES`); their
@@ -331,18 +335,30 @@ def _run_steps(
     per_step = config.tasks_per_step or max(1, config.max_batch_size // config.samples)
     results: list[EpisodeResult] = []
     scores: list[EpisodeScore] = []
-    for step, start in enumerate(range(0, len(tasks), per_step)):
-        plugin_metrics = session.step_boundary(step) if session is not None else {}
-        # A seed per step, so that sampled episodes of different steps differ.
-        step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
-        chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
-            tasks[start : start + per_step], config.samples
-        )
-        chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]
-        results += chunk
-        scores += chunk_scores
-        if session is not None:
-            _log_step(session, step, chunk, chunk_scores, plugin_metrics)
+    temperature = "greedy" if runner_config.temperature == 0 else f"T={runner_config.temperature:g}"
+    progress = StepProgress(
+        f"scoring ({temperature})",
+        len(tasks) * config.samples,
+        unit="episodes",
+        show=config.show_progress,
+        stream=sys.stderr,  # stdout stays the report's
+    )
+    with progress:
+        for step, start in enumerate(range(0, len(tasks), per_step)):
+            plugin_metrics = session.step_boundary(step) if session is not None else {}
+            # A seed per step, so that sampled episodes of different steps differ.
+            step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
+            before = len(results)
+            chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
+                tasks[start : start + per_step],
+                config.samples,
+                on_episode=lambda n, before=before: progress.update(before + n),
+            )
+            chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]
+            results += chunk
+            scores += chunk_scores
+            if session is not None:
+                _log_step(session, step, chunk, chunk_scores, plugin_metrics)
     return results, scores
 
 

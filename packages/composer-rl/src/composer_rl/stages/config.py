@@ -191,6 +191,13 @@ class Stage1Config(BaseModel):
         description="one training task in N also gets a self-summarized demonstration "
         "(read, summarize, continue from the condensed context); 0: none",
     )
+    sft_invented_name_tasks: int = Field(
+        default=0,
+        ge=0,
+        description="extra demonstrations on training tasks rendered again with invented "
+        "names (composer_rl.tasks.invented): names no other context holds, so only copying "
+        "them from the instruction gets them right; 0: none",
+    )
     demonstrations: DemonstrationMix = Field(
         default_factory=DemonstrationMix,
         description="the behaviours of the SFT demonstrations and their shares "

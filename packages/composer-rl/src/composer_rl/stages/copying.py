@@ -10,38 +10,21 @@ then called, a parameter and a constant), so the only way to predict a later occ
 to find the earlier one: the copying that induction heads do, which small models learn
 quickly from data that demands it.
 
-The identifiers are drawn from syllables and never equal a name of the task vocabulary
-(`composer_rl.tasks.templates.vocab`) of either split, so no held-out name is pretrained on.
+The identifiers are `composer_rl.tasks.invented.invented_name`'s: syllables, never a name of
+the task vocabulary of either split, so no held-out name is pretrained on.
 """
 
 from __future__ import annotations
 
 import random
 
-from composer_rl.tasks.templates.vocab import CLASSES, FLAGS, POOLS
-
-SYLLABLES = (
-    "ba", "ce", "di", "fo", "gu", "ha", "je", "ki", "lo", "mu", "na", "pe", "qui", "ro",
-    "su", "ta", "vi", "wo", "xa", "yu", "zo", "bri", "cla", "dro", "fle", "gra", "plo",
-    "sna", "tri", "vel", "mor", "tan", "lis", "ker", "pon", "dus",
-)  # fmt: skip
-
-TASK_NAMES = frozenset(name.lower() for pool in (*POOLS.values(), FLAGS, CLASSES) for name in pool)
-"""Every name the task suite uses, in either split: never drawn here."""
-
-
-def identifier(rng: random.Random) -> str:
-    """An invented lower-case identifier of two to four syllables, not a task name."""
-    while True:
-        name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
-        if name not in TASK_NAMES:
-            return name
+from composer_rl.tasks.invented import invented_name
 
 
 def copy_document(rng: random.Random) -> str:
     """One document whose later names repeat earlier ones."""
-    module, function, helper, param = (identifier(rng) for _ in range(4))
-    constant = identifier(rng).upper()
+    module, function, helper, param = (invented_name(rng) for _ in range(4))
+    constant = invented_name(rng).upper()
     value = rng.randint(2, 99)
     operator = rng.choice(["+", "-", "*"])
     lines = [
@@ -74,4 +57,4 @@ def copy_documents(count: int, seed: int) -> list[str]:
     return [copy_document(rng) for _ in range(count)]
 
 
-__all__ = ["TASK_NAMES", "copy_document", "copy_documents", "identifier"]
+__all__ = ["copy_document", "copy_documents"]

@@ -30,6 +30,7 @@ from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
 from composer_rl.stages.progress import Show, StepProgress, phase_line
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
+from composer_rl.tasks.invented import invented_name_tasks
 from composer_rl.tasks.templates.base import is_validation
 
 
@@ -78,23 +79,43 @@ def demonstrations(
     return ids, masks, dict(sorted(counts.items()))
 
 
+def demonstration_tasks(config: Stage1Config) -> tuple[list[Task], list[Task]]:
+    """(training tasks, held-out tasks) stage one demonstrates. Validation tasks stay out:
+    settings are chosen on them."""
+    train_tasks = [t for t in collect_tasks(Split.TRAIN) if not is_validation(t)]
+    per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
+    train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
+    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
+    return train_tasks, heldout_tasks
+
+
 def sft_data(
     root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show = True
 ) -> dict[str, Any]:
     """Tokenized demonstrations of both splits, made once per run directory (and again if
-    the demonstration mix in the config changed). Held-out demonstrations follow the same
-    mix, so held-out CE measures the distribution SFT trains on."""
+    the demonstration mix in the config changed), and the invented-name ones added to the
+    training side. Held-out demonstrations follow the same mix, so held-out CE measures the
+    distribution SFT trains on."""
+    data = _suite_demonstrations(root, config, tokenizer, show_progress)
+    invented = invented_demonstrations(root, config, tokenizer, show_progress)
+    train_ids, train_masks = data["train"]
+    return {
+        **data,
+        "train": (train_ids + invented["ids"], train_masks + invented["masks"]),
+        "invented_name_demonstrations": len(invented["tasks"]),
+    }
+
+
+def _suite_demonstrations(
+    root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show
+) -> dict[str, Any]:
     cache = root / "sft_tokens.pt"
     mix = config.demonstrations
     if cache.is_file():
         cached = dict(torch.load(cache, weights_only=False))
         if cached.get("demonstration_mix") == mix.model_dump():
             return cached
-    # Validation tasks stay out of the demonstrations: settings are chosen on them.
-    train_tasks = [t for t in collect_tasks(Split.TRAIN) if not is_validation(t)]
-    per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
-    train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
-    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
+    train_tasks, heldout_tasks = demonstration_tasks(config)
     train_ids, train_masks, train_kinds = demonstrations(
         train_tasks,
         tokenizer,
@@ -118,6 +139,42 @@ def sft_data(
         "demonstration_kinds": train_kinds,
         "demonstration_mix": mix.model_dump(),
     }
+    save_torch(data, cache)
+    return data
+
+
+def invented_demonstrations(
+    root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show = True
+) -> dict[str, Any]:
+    """Demonstrations of `config.sft_invented_name_tasks` training tasks rendered with
+    invented names, cached apart from the others (`sft_invented_tokens.pt`, keyed by every
+    setting they depend on) so that changing the count replays only these."""
+    key = {
+        "count": config.sft_invented_name_tasks,
+        "mix": config.demonstrations.model_dump(),
+        "seed": config.sft.seed,
+        "drawn_from": config.sft_max_tasks,
+        "summary_every": config.sft_summary_every,
+    }
+    if not key["count"]:
+        return {"ids": [], "masks": [], "tasks": []}
+    cache = root / "sft_invented_tokens.pt"
+    if cache.is_file():
+        cached = dict(torch.load(cache, weights_only=False))
+        if cached.get("key") == key:
+            return cached
+    train_tasks, _ = demonstration_tasks(config)
+    tasks = invented_name_tasks(train_tasks, config.sft_invented_name_tasks, config.sft.seed)
+    ids, masks, kinds = demonstrations(
+        tasks,
+        tokenizer,
+        show_progress,
+        summary_every=config.sft_summary_every,
+        mix=config.demonstrations,
+        workers=config.sft_demonstration_workers,
+        label="invented-name demonstrations",
+    )
+    data = {"key": key, "ids": ids, "masks": masks, "tasks": [t.id for t in tasks], "kinds": kinds}
     save_torch(data, cache)
     return data
 
@@ -150,6 +207,7 @@ def run_sft(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
         "stopped_by_time_limit": result.stopped_early,
         "seconds": time.monotonic() - began,
         "demonstrations": data["train_tasks"],
+        "invented_name_demonstrations": data["invented_name_demonstrations"],
         "demonstration_kinds": data["demonstration_kinds"],
         "demonstration_shares": {b.value: s for b, s in config.demonstrations.shares().items()},
         "longest_demonstration_tokens": max(len(x) for x in train_ids),

@@ -138,7 +138,9 @@ class Template(ABC):
     def split(self, params: Params) -> Split:
         return split_of(self.name, params, self.name_params)
 
-    def build(self, params: Params) -> Task:
+    def build(self, params: Params, split: Split | None = None) -> Task:
+        """The task of one choice; `split` overrides the split its names decide (a training
+        task rendered with invented names, `composer_rl.tasks.invented`)."""
         instruction, files, tests, solution = self.render(params)
         digest = hashlib.sha256(params_key(self.name, params).encode()).hexdigest()[:10]
         after = dict(files)
@@ -155,7 +157,7 @@ class Template(ABC):
             metadata={
                 "template": self.name,
                 "params": params,
-                "split": self.split(params).value,
+                "split": (split or self.split(params)).value,
                 "context_files": self.context_files(params),
                 "source": "builtin",
                 "changed_lines": changed_lines(files, after),

@@ -68,8 +68,8 @@ class PairedTemplate(Template):
         rest = sorted((k, v) for k, v in params.items() if k != "which")
         return "/".join([self.name, *(f"{k}={v}" for k, v in rest)])
 
-    def build(self, params: Params) -> Task:
-        task = super().build(params)
+    def build(self, params: Params, split: Split | None = None) -> Task:
+        task = super().build(params, split)
         pair = self.pair_of(params)
         if pair is not None:
             task.metadata[PAIR_KEY] = pair

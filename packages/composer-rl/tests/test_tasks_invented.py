@@ -1,0 +1,78 @@
+"""Training tasks rendered with invented names (`composer_rl.tasks.invented`): still valid
+tasks (the oracle passes the hidden and visible tests, the untouched repository fails
+them), of the training split, with names no task of either split uses."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from test_tasks_visible import check_visible
+
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, Template
+from composer_rl.tasks.grading import grade_files
+from composer_rl.tasks.invented import (
+    TASK_NAMES,
+    invented_name,
+    invented_name_tasks,
+    with_invented_names,
+)
+from composer_rl.tasks.templates.vocab import POOLS, names
+
+NOT_RENAMABLE = {"fix_ci", "move_callers"}
+"""Templates that look further names up in the vocabulary while rendering."""
+
+
+def _first(template: Template) -> Task:
+    return next(iter(template.tasks(Split.TRAIN)))
+
+
+def _words(task: Task) -> set[str]:
+    text = task.instruction + "".join(task.files.values()) + "".join(task.tests.values())
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+
+
+@pytest.mark.parametrize("template", BUILTIN_TEMPLATES, ids=lambda t: t.name)
+def test_an_invented_task_is_valid_and_holds_no_held_out_name(template: Template) -> None:
+    original = _first(template)
+    task = with_invented_names(original, random.Random(0))
+    if template.name in NOT_RENAMABLE:
+        assert task is None
+        return
+    assert task is not None
+    assert task.split == Split.TRAIN.value and task.metadata["names"] == "invented"
+    assert task.id != original.id and task.metadata["renamed_from"] == original.id
+    heldout = {n for pool in POOLS.values() for n in names(pool, Split.HELDOUT)}
+    # no held-out name the training task did not already hold as a plain word of its code
+    assert _words(task) & heldout <= _words(original) & heldout
+    renamed = {
+        v
+        for key in template.name_params
+        for v in re.findall(r"\w+", str(original.metadata["params"].get(key)))
+    }
+    # the instruction names none of the training task's own names any more
+    assert not set(re.findall(r"\w+", task.instruction)) & renamed, task.instruction
+    assert grade_files(task, task.solved_files()).success
+    assert not grade_files(task, task.files).success
+    check_visible(template, task)
+
+
+def test_invented_names_are_never_task_names_keywords_or_modules() -> None:
+    import keyword
+    import sys
+
+    rng = random.Random(0)
+    drawn = {invented_name(rng) for _ in range(5000)}
+    assert not drawn & TASK_NAMES
+    assert not {n for n in drawn if keyword.iskeyword(n) or n in sys.stdlib_module_names}
+
+
+def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> None:
+    given = [_first(t) for t in BUILTIN_TEMPLATES]
+    first = invented_name_tasks(given, 30, seed=5)
+    assert [t.id for t in first] == [t.id for t in invented_name_tasks(given, 30, seed=5)]
+    assert [t.id for t in first] != [t.id for t in invented_name_tasks(given, 30, seed=6)]
+    assert len(first) == 30
+    assert {t.metadata["renamed_from"] for t in first} <= {t.id for t in given}
+    assert len({t.id for t in first}) == 30  # a task drawn twice gets other names
