@@ -349,10 +349,12 @@ def _run_steps(
             # A seed per step, so that sampled episodes of different steps differ.
             step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
             before = len(results)
+
+            def graded(count: int, before: int = before) -> None:
+                progress.update(before + count)
+
             chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
-                tasks[start : start + per_step],
-                config.samples,
-                on_episode=lambda n, before=before: progress.update(before + n),
+                tasks[start : start + per_step], config.samples, on_episode=graded
             )
             chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]
             results += chunk
