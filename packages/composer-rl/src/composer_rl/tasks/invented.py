@@ -22,6 +22,7 @@ from typing import Any
 
 from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template
+from composer_rl.tasks.templates.base import name_values
 from composer_rl.tasks.templates.vocab import CLASSES, FLAGS, POOLS
 
 SYLLABLES = (
@@ -64,14 +65,6 @@ def _renamed(value: Any, mapping: dict[str, str]) -> Any:
     return value
 
 
-def _names_in(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [name for item in value for name in _names_in(item)]
-    return []
-
-
 TEMPLATES_BY_NAME: Mapping[str, Template] = {t.name: t for t in BUILTIN_TEMPLATES}
 
 
@@ -85,7 +78,7 @@ def with_invented_names(task: Task, rng: random.Random) -> Task | None:
     if template is None or not template.name_params or task.split != Split.TRAIN.value:
         return None
     params = dict(task.metadata["params"])
-    originals = sorted({n for key in template.name_params for n in _names_in(params.get(key))})
+    originals = sorted({n for key in template.name_params for n in name_values(params.get(key))})
     if not originals:
         return None
     mapping: dict[str, str] = {}

@@ -38,18 +38,19 @@ def params_key(template: str, params: Mapping[str, Any]) -> str:
     return json.dumps([template, dict(sorted(params.items()))], sort_keys=True)
 
 
-def _name_values(value: Any) -> list[str]:
+def name_values(value: Any) -> list[str]:
+    """The names in a parameter value (a name, or lists and tuples of them)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, list | tuple):
-        return [v for item in value for v in _name_values(item)]
+        return [v for item in value for v in name_values(item)]
     return []
 
 
 def split_of(template: str, params: Mapping[str, Any], name_params: Sequence[str] = ()) -> Split:
     """The split of one parameter choice: the split of its names (the values of
     `name_params`, which must all be of one split), else a hash of the choice."""
-    found = {name_split(v) for key in name_params for v in _name_values(params.get(key))}
+    found = {name_split(v) for key in name_params for v in name_values(params.get(key))}
     if len(found) > 1:
         raise ValueError(
             f"template {template}: the names of {dict(params)} come from both splits; draw "
