@@ -6,7 +6,7 @@ import ast
 import importlib
 from pathlib import Path
 
-import composer_rewards.markers as markers
+import composer_hooks as markers
 from composer_rl.plugins import HOOKSPEC_MODULES
 
 PACKAGES = Path(__file__).resolve().parents[2]
@@ -24,11 +24,11 @@ def _marker_calls(path: Path) -> list[str]:
     return found
 
 
-def test_only_composer_rewards_markers_makes_a_marker_pair() -> None:
+def test_only_composer_hooks_makes_a_marker_pair() -> None:
     sources = sorted(PACKAGES.glob("*/src/**/*.py"))
     assert len(sources) > 50  # the scan sees the workspace
     calls = [call for path in sources for call in _marker_calls(path)]
-    where = "composer-rewards/src/composer_rewards/markers.py"
+    where = "composer-hooks/src/composer_hooks/__init__.py"
     assert sorted(c.split(" ")[1] for c in calls) == ["HookimplMarker", "HookspecMarker"], calls
     assert all(c.startswith(where) for c in calls), calls
 

@@ -12,6 +12,7 @@ A plugin implements hooks of :mod:`composer_rewards.hookspecs` marked with
             return RewardComponent(name="tests_touched", value=float(touched), weight=0.1)
 """
 
+from composer_hooks import PROJECT, hookimpl, hookspec
 from composer_rewards import hookspecs
 from composer_rewards.builtin import BUILTIN_PLUGINS, OPTIONAL_PLUGINS, builtin_plugins
 from composer_rewards.episode import (
@@ -29,7 +30,6 @@ from composer_rewards.loading import (
     load_spec,
     plugin_from_object,
 )
-from composer_rewards.markers import PROJECT, hookimpl, hookspec
 from composer_rewards.results import MonitorReport, RewardComponent
 from composer_rewards.rewards.length import length_cost, length_x_from_cost
 from composer_rewards.scoring import (

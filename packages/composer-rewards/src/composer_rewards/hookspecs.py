@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from composer_hooks import hookspec
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookspec
 from composer_rewards.results import MonitorReport, RewardComponent
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
-from composer_rewards.markers import PROJECT
+from composer_hooks import PROJECT
 
 
 class PluginSpecError(ValueError):

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from composer_rewards.markers import hookimpl
+from composer_hooks import hookimpl
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from composer_rewards.markers import PROJECT, hookimpl, hookspec
+from composer_hooks import PROJECT, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from composer_infra.sandbox.backend import SandboxBackend

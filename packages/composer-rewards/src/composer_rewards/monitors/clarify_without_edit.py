@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
+from composer_hooks import hookimpl
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.results import MonitorReport
 
 

@@ -47,9 +47,9 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from composer_hooks import hookimpl
 from composer_rewards.diff import parse_diff
 from composer_rewards.episode import EDIT_TOOLS, TERMINAL_TOOL, Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import MonitorReport
 

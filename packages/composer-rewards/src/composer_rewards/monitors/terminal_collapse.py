@@ -13,8 +13,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_hooks import hookimpl
 from composer_rewards.episode import FINISH_TOOL, TERMINAL_TOOL, Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import MonitorReport
 

@@ -52,9 +52,9 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_hooks import hookimpl
 from composer_rewards.diff import changed_line_count, parse_diff
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 from composer_rewards.transcript import Run, Transcript, read_transcript

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from composer_hooks import hookimpl
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 

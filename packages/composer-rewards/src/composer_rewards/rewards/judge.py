@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_hooks import hookimpl
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 

@@ -20,9 +20,9 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field
 from ruff.__main__ import find_ruff_bin
 
+from composer_hooks import hookimpl
 from composer_rewards.diff import parse_diff
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 

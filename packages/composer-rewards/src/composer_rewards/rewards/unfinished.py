@@ -19,9 +19,9 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_hooks import hookimpl
 from composer_rewards.diff import parse_diff
 from composer_rewards.episode import Episode
-from composer_rewards.markers import hookimpl
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from composer_rewards.markers import hookspec
+from composer_hooks import hookspec
 
 if TYPE_CHECKING:
     from composer_rl.tasks.sources import TaskSource
