@@ -90,6 +90,18 @@ def test_comparison_and_template_rows_pair_by_task() -> None:
     )
     rows = {r["metric"]: r for r in comparison_rows(sft, rl)}
     assert rows["tests_run"]["margin"][0] == pytest.approx(1.0) and rows["tests_run"]["tasks"] == 2
+    assert rows["pass@1"]["baselines"] == {}
+    do_nothing = PolicyScores(
+        "do_nothing",
+        "d",
+        per_task_pass1={"fix_operator-1": 0.0, "fix_operator-2": 1.0, "pick_item-1": 0.0},
+        behaviours={"tests_run": {"fix_operator-1": 0.0, "pick_item-1": 0.0}},
+    )
+    with_baselines = {
+        r["metric"]: r for r in comparison_rows(sft, rl, baselines={"do_nothing": do_nothing})
+    }
+    assert with_baselines["pass@1"]["baselines"]["do_nothing"][0] == pytest.approx(1 / 3)
+    assert with_baselines["tests_run"]["baselines"]["do_nothing"] == (0.0, 0.0)
     by_template = {r["metric"]: r for r in template_rows(sft, rl)}
     assert by_template["fix_operator"]["margin"][0] == pytest.approx(0.5)
     assert by_template["pick_item"]["margin"][0] == pytest.approx(0.0)

@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from composer_rl.eval.baselines import baseline_scores
     from composer_rl.rl.compare import (
         comparison_rows,
         heldout_tasks,
@@ -109,10 +110,17 @@ def main(args: argparse.Namespace) -> int:
             phase_line(
                 "evaluation", f"{name.upper()} policy scored in {time.monotonic() - began:.0f} s"
             )
-        rows = comparison_rows(*scores)
+        began = time.monotonic()
+        phase_line("evaluation", "scoring the do-nothing and random baselines (greedy)")
+        baselines = baseline_scores(
+            tasks, runner, like=config.model, threads=config.threads, batch=config.eval.batch
+        )
+        phase_line("evaluation", f"baselines scored in {time.monotonic() - began:.0f} s")
+        rows = comparison_rows(scores[0], scores[1], baselines=baselines)
         table = Table(title=f"held-out: SFT ({config.model}) against RL ({run_dir / 'final'})")
-        for column in ("metric", "tasks", "SFT", "RL", "RL - SFT (paired)"):
-            table.add_column(column)
+        names = list(baselines)
+        for column in ("metric", "tasks", "SFT", "RL", "RL - SFT (paired)", *names):
+            table.add_column(column.replace("_", "-"))
         for row in rows:
             table.add_row(
                 row["metric"],
@@ -120,6 +128,7 @@ def main(args: argparse.Namespace) -> int:
                 _fmt(row["sft"]),
                 _fmt(row["rl"]),
                 _fmt(row["margin"]),
+                *(_fmt(row["baselines"].get(n, (math.nan, math.nan))) for n in names),
             )
         console.print(table)
         by_template = template_rows(*scores)
@@ -135,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
         summary["comparison"] = rows
         summary["by_template"] = by_template
         summary["reward_mean"] = {s.name: s.reward_mean for s in scores}
+        summary["baselines_pass1"] = {n: b.pass1() for n, b in baselines.items()}
         # Rates only: the token count is on another scale.
         comparison_png = plot_comparison(run_dir, [r for r in rows if "tokens" not in r["metric"]])
         console.print(f"plots: {training_png} {comparison_png}")

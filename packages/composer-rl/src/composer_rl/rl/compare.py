@@ -242,8 +242,36 @@ def behaviour_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> list[
     return rows
 
 
-def comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any]]:
-    """The table `composer-rl rl` prints: each metric for both policies and the margin."""
+def comparison_rows(
+    base: PolicyScores,
+    final: PolicyScores,
+    baselines: dict[str, PolicyScores] | None = None,
+) -> list[dict[str, Any]]:
+    """The table `composer-rl rl` prints: each metric for both policies and the margin.
+
+    With `baselines` (`composer_rl.eval.baselines.baseline_scores`, greedy), the greedy
+    pass@1 and behaviour rows also carry each baseline's rate on the same tasks (a row's
+    `baselines`), so a reader sees what doing nothing earns beside what RL earned."""
+    rows = _comparison_rows(base, final)
+    for row in rows:
+        row["baselines"] = {
+            name: rate
+            for name, scores in (baselines or {}).items()
+            if (rate := _greedy_rate(scores, row["metric"])) is not None
+        }
+    return rows
+
+
+def _greedy_rate(scores: PolicyScores, metric: str) -> tuple[float, float] | None:
+    """`scores`' greedy rate of a comparison row's metric, None where it has none."""
+    if metric == "pass@1":
+        return scores.pass1()
+    if metric in scores.behaviours:
+        return mean_se(scores.behaviours[metric].values())
+    return None
+
+
+def _comparison_rows(base: PolicyScores, final: PolicyScores) -> list[dict[str, Any]]:
     rows = []
     b1, f1 = base.pass1(), final.pass1()
     m1 = paired_margin(base.per_task_pass1, final.per_task_pass1)
