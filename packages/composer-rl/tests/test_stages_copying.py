@@ -3,6 +3,7 @@ name of the task suite (so no held-out name is pretrained on)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -67,3 +68,90 @@ def test_pretraining_trains_on_them_and_keeps_the_text_tokenizer(tmp_path) -> No
     assert results[40]["train_tokens_available"] > results[0]["train_tokens_available"]
     tokenizers = [(tmp_path / f"run{c}" / "tokenizer.json").read_text() for c in (0, 40)]
     assert tokenizers[0] == tokenizers[1]
+
+
+def test_a_stretch_is_written_twice_and_only_its_second_copy_is_a_target() -> None:
+    from composer_rl.stages.copying import repeated_stretches
+
+    documents = [list(range(100, 160)), list(range(200, 205))]  # the short one is never used
+    pairs, masks = repeated_stretches(documents, 50, min_tokens=4, max_tokens=10, seed=0)
+    assert (pairs, masks) == repeated_stretches(documents, 50, 4, 10, seed=0)
+    assert pairs != repeated_stretches(documents, 50, 4, 10, seed=1)[0]
+    for pair, mask in zip(pairs, masks, strict=True):
+        length = len(pair) // 2
+        assert 4 <= length <= 10 and pair[:length] == pair[length:]
+        assert all(100 <= t < 160 for t in pair)
+        # the first token of the copy is not predictable from context: not a target
+        assert mask == [False] * (length + 1) + [True] * (length - 1)
+    with pytest.raises(ValueError, match="no document holds 10 tokens"):
+        repeated_stretches([[1, 2, 3]], 5, 4, 10, seed=0)
+
+
+def test_packed_rows_keep_each_pair_whole() -> None:
+    from composer_rl.stages.copying import repeated_rows
+
+    rows = repeated_rows(
+        [list(range(100, 400))], 64, eos_id=0, count=40, min_tokens=8, max_tokens=16, seed=0
+    )
+    for r in range(len(rows)):
+        ends = rows.boundaries[r]
+        for a, b in itertools.pairwise(ends):
+            doc = rows.tokens[r, a:b].tolist()
+            if doc[0] == 0:
+                continue  # the padding after a row's last pair (end-of-text tokens)
+            assert doc[-1] == 0
+            body = doc[:-1]
+            half = len(body) // 2
+            assert body[:half] == body[half:], (r, a, b)
+            assert rows.mask[r, a : a + half + 1].sum() == 0
+
+
+def test_the_warm_up_is_validated_and_off_by_default() -> None:
+    assert load_stage1_config().copy_warmup.steps == 0
+    with pytest.raises(ValueError, match=r"copy_warmup\.max_tokens"):
+        load_stage1_config(**{"copy_warmup.steps": 5, "copy_warmup.max_tokens": 200})
+    with pytest.raises(ValueError, match="below min_tokens"):
+        load_stage1_config(**{"copy_warmup.min_tokens": 9, "copy_warmup.max_tokens": 8})
+
+
+def test_the_warm_up_trains_first_in_its_own_directory_and_resumes(tmp_path) -> None:
+    """A real (tiny) pretraining phase with and without the warm-up: the warm-up's steps
+    are logged apart, they change what pretraining starts from, and both runs report how
+    well the model copies (`copy_ce`)."""
+    import json
+
+    from _stage_helpers import tiny_config, write_corpus
+
+    from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.pretrain import run_pretrain
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    results = {}
+    for steps in (0, 4):
+        config = tiny_config(tmp_path / f"run{steps}", corpus)
+        config["copy_warmup"] = {"steps": steps, "min_tokens": 4, "max_tokens": 12}
+        config["pretrain"]["steps"] = 2  # type: ignore[index]
+        results[steps] = run_pretrain(Stage1Config.model_validate(config), show_progress=False)
+    assert results[0]["copy_warmup_steps"] == 0
+    assert list(results[0]["copy_ce"]) == ["after pretraining"]
+    assert list(results[4]["copy_ce"]) == ["after copy warm-up", "after pretraining"]
+    logged = (tmp_path / "run4" / "pretrain" / "copy_warmup" / "metrics.jsonl").read_text()
+    train_steps = [r["step"] for r in map(json.loads, logged.splitlines()) if r["kind"] == "train"]
+    assert train_steps == [1, 2, 3, 4]
+    assert not (tmp_path / "run0" / "pretrain" / "copy_warmup").exists()
+    assert results[4]["heldout_ce"] != results[0]["heldout_ce"]
+    # A killed run whose warm-up finished starts pretraining from the warm-up's last step.
+    import shutil
+
+    again = tmp_path / "run4"
+    shutil.rmtree(again / "pretrain" / "checkpoints", ignore_errors=True)
+    (again / "pretrain" / "result.json").unlink()
+    config = tiny_config(again, corpus)
+    config["copy_warmup"] = {"steps": 4, "min_tokens": 4, "max_tokens": 12}
+    config["pretrain"]["steps"] = 2  # type: ignore[index]
+    rerun = run_pretrain(Stage1Config.model_validate(config), show_progress=False)
+    logged = (again / "pretrain" / "copy_warmup" / "metrics.jsonl").read_text()
+    rows = [r for r in map(json.loads, logged.splitlines()) if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # reloaded, not trained again
+    assert rerun["copy_ce"] == results[4]["copy_ce"]
+    assert rerun["heldout_ce"] == results[4]["heldout_ce"]

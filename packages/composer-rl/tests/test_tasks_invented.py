@@ -76,3 +76,24 @@ def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> No
     assert len(first) == 30
     assert {t.metadata["renamed_from"] for t in first} <= {t.id for t in given}
     assert len({t.id for t in first}) == 30  # a task drawn twice gets other names
+
+
+def test_the_invented_validation_split_renames_validation_tasks_only() -> None:
+    """Settings are chosen on it, so it must hold validation tasks (never held-out ones),
+    each with names no task uses; and be the same on every call."""
+    from composer_rl.rl.compare import SPLITS, validation_invented_tasks, validation_tasks
+
+    assert SPLITS["validation_invented"] is validation_invented_tasks
+    validation = {t.id: t for t in validation_tasks(2)}
+    renamed = validation_invented_tasks(2)
+    assert [t.id for t in renamed] == [t.id for t in validation_invented_tasks(2)]
+    templates = {str(t.metadata["template"]) for t in validation.values()}
+    assert len(renamed) == sum(
+        1 for t in validation.values() if t.metadata["template"] not in NOT_RENAMABLE
+    )
+    assert {str(t.metadata["template"]) for t in renamed} == templates - NOT_RENAMABLE
+    for task in renamed:
+        assert task.metadata["renamed_from"] in validation
+        assert task.id not in validation and task.split == Split.TRAIN.value
+        original = validation[task.metadata["renamed_from"]]
+        assert task.metadata["params"] != original.metadata["params"]

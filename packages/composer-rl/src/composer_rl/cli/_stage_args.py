@@ -59,6 +59,15 @@ def add_phase(parser: argparse.ArgumentParser, phase: str, label: str) -> None:
     )
 
 
+def add_copy_warmup(parser: argparse.ArgumentParser) -> None:
+    """--copy-warmup-steps N: the copy warm-up before pretraining (`Stage1Config.copy_warmup`)."""
+    group = parser.add_argument_group(
+        "copy warm-up", "stretches of the corpus written twice, before pretraining (off: 0)"
+    )
+    group.add_argument("--copy-warmup-steps", dest="copy_warmup.steps", type=int, metavar="N")
+    group.add_argument("--copy-warmup-lr", dest="copy_warmup.lr", type=float)
+
+
 def add_demonstrations(parser: argparse.ArgumentParser) -> None:
     """--demo-<behaviour> SHARE and --demo-seed: the SFT demonstrations' mix of behaviours
     (`Stage1Config.demonstrations`; shares are normalised by their sum)."""

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from composer_rl.cli._stage_args import (
     add_common,
+    add_copy_warmup,
     add_parallel,
     add_phase,
     preflight,
@@ -36,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--skip-long-context", action="store_true", help="stop after the base phase"
     )
+    add_copy_warmup(parser)
     add_phase(parser, "pretrain", "base phase")
     add_phase(parser, "long_context", "long-context phase")
     parser.set_defaults(handler=main)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from composer_rl.cli._stage_args import (
     add_common,
+    add_copy_warmup,
     add_demonstrations,
     add_phase,
     preflight,
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_common(parser)
     parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
+    add_copy_warmup(parser)
     for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
         add_phase(parser, phase, f"{label} phase")
     add_demonstrations(parser)

@@ -77,7 +77,27 @@ def validation_tasks(per_template: int, seed: int = 0) -> list[Task]:
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 
-SPLITS = {"heldout": heldout_tasks, "validation": validation_tasks}
+def validation_invented_tasks(per_template: int, seed: int = 0) -> list[Task]:
+    """The validation tasks rendered again with invented names (`composer_rl.tasks.invented`).
+
+    Validation tasks reuse the training names, so a policy can recall them; held-out tasks
+    use names no training task uses, and must not choose settings. These take names no task
+    of either split uses, so they measure copying a new name, as held-out does, without
+    touching it. Tasks of templates that cannot be renamed (fix_ci, move_callers) drop out."""
+    import random
+
+    from composer_rl.tasks.invented import with_invented_names
+
+    rng = random.Random(7919 + seed)
+    renamed = (with_invented_names(task, rng) for task in validation_tasks(per_template, seed))
+    return [task for task in renamed if task is not None]
+
+
+SPLITS = {
+    "heldout": heldout_tasks,
+    "validation": validation_tasks,
+    "validation_invented": validation_invented_tasks,
+}
 """The task sets a comparison can be scored on, by name."""
 
 
@@ -362,5 +382,6 @@ __all__ = [
     "seed_margins",
     "template_of",
     "template_rows",
+    "validation_invented_tasks",
     "validation_tasks",
 ]

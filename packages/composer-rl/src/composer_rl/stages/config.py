@@ -91,6 +91,56 @@ class CorpusConfig(BaseModel):
     )
 
 
+class CopyWarmupConfig(BaseModel):
+    """A phase before pretraining on stretches of the corpus written twice (issue 29).
+
+    Trained on the second copy only, it makes the model form induction heads (find the
+    earlier occurrence of the current token, copy what followed) before pretraining proper,
+    which in 400 steps forms none (`composer_rl.stages.copying`). Off by default (0 steps);
+    it runs in the pretrain phase's directory (`pretrain/copy_warmup/`), at the pretrain
+    phase's sequence length and rows per step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=0, ge=0, description="warm-up steps; 0: no warm-up")
+    stretches: int = Field(
+        default=30_000, gt=0, description="repeated stretches drawn from the training text"
+    )
+    min_tokens: int = Field(default=8, ge=2, description="shortest stretch, in tokens")
+    max_tokens: int = Field(default=32, ge=2, description="longest stretch, in tokens")
+    lr: float = Field(default=1e-3, gt=0, description="constant after a 10-step warm-up")
+
+    @model_validator(mode="after")
+    def _lengths_ordered(self) -> CopyWarmupConfig:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError(
+                f"copy_warmup.max_tokens ({self.max_tokens}) is below min_tokens "
+                f"({self.min_tokens})"
+            )
+        return self
+
+    def phase(self, pretrain: PhaseConfig) -> PhaseConfig:
+        """The warm-up as a training phase at `pretrain`'s shape (MTP stays off)."""
+        every = max(1, self.steps // 10)
+        return PhaseConfig(
+            name="copy_warmup",
+            steps=self.steps,
+            seq_len=pretrain.seq_len,
+            rows_per_step=pretrain.rows_per_step,
+            optim=OptimConfig(
+                lr=self.lr,
+                min_lr_ratio=1.0,
+                warmup_steps=min(10, self.steps - 1),
+                weight_decay=0.0,
+            ),
+            eval_every=every,
+            eval_rows=pretrain.eval_rows,
+            checkpoint_every=every,
+            mtp_join_step=self.steps + 1,
+            seed=pretrain.seed,
+        )
+
+
 class ParallelConfig(BaseModel):
     """Degrees of data (`dp`), context (`cp`) and expert (`ep`) parallelism of a phase.
 
@@ -140,6 +190,7 @@ class Stage1Config(BaseModel):
     run_dir: Path = Path("runs/stage1")
     preset: str = "tiny"
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    copy_warmup: CopyWarmupConfig = Field(default_factory=CopyWarmupConfig)
     pretrain: PhaseConfig = Field(
         default_factory=lambda: PhaseConfig(
             name="pretrain",
@@ -213,6 +264,17 @@ class Stage1Config(BaseModel):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
 
     @model_validator(mode="after")
+    def _copy_pairs_fit(self) -> Stage1Config:
+        longest = 2 * self.copy_warmup.max_tokens + 1  # a stretch twice and its end of text
+        if self.copy_warmup.steps and longest > self.pretrain.seq_len:
+            raise ValueError(
+                f"copy_warmup.max_tokens ({self.copy_warmup.max_tokens}) written twice does "
+                f"not fit in pretrain.seq_len ({self.pretrain.seq_len}); give at most "
+                f"{(self.pretrain.seq_len - 1) // 2}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _long_context_is_longer(self) -> Stage1Config:
         if self.long_context.seq_len <= self.pretrain.seq_len:
             raise ValueError(
@@ -223,6 +285,7 @@ class Stage1Config(BaseModel):
 
 
 __all__ = [
+    "CopyWarmupConfig",
     "CorpusConfig",
     "DemonstrationMix",
     "OptimConfig",

@@ -1,4 +1,9 @@
-"""Synthetic pretraining documents that can only be predicted by copying names from context.
+"""Pretraining data that can only be predicted by copying from context.
+
+Two kinds. `copy_documents`: synthetic documents of invented names defined and used again,
+mixed into pretraining (`corpus.copy_documents`). `repeated_stretches`: the copy warm-up
+(`copy_warmup`), a phase before pretraining on stretches of the corpus each written twice,
+trained on the second copy only, so that the model forms induction heads first (see below).
 
 The SFT policy of 2026-12-03 learned the agent format and the behaviours of its
 demonstrations but not to copy a name from the instruction into a tool call (its guess was
@@ -12,12 +17,24 @@ quickly from data that demands it.
 
 The identifiers are `composer_rl.tasks.invented.invented_name`'s: syllables, never a name of
 the task vocabulary of either split, so no held-out name is pretrained on.
+
+Mixed in, they did not teach copying (docs/rl/2026-12-03-copying.md): stage one's 400
+pretraining steps form no induction head at all, and on the bare task (a sequence written
+twice) the tiny preset sits at the uniform loss for about 2,000 steps before the circuit
+forms in a jump, while a plain transformer with learned positions takes about 500. The
+warm-up gives that jump its own phase, on the corpus's own tokens (random tokens of the
+whole vocabulary did not form it in 4,000 steps: the copying map must be learned for
+the tokens that occur), before pretraining proper.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
+import torch
+
+from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.tasks.invented import invented_name
 
 
@@ -57,4 +74,49 @@ def copy_documents(count: int, seed: int) -> list[str]:
     return [copy_document(rng) for _ in range(count)]
 
 
-__all__ = ["copy_document", "copy_documents"]
+def repeated_stretches(
+    documents: Sequence[Sequence[int]],
+    count: int,
+    min_tokens: int,
+    max_tokens: int,
+    seed: int,
+) -> tuple[list[list[int]], list[list[bool]]]:
+    """`count` stretches of `documents`, each written twice, and their loss masks.
+
+    A stretch's length is drawn from [min_tokens, max_tokens]; its targets are the second
+    copy's tokens after the first (which nothing in context predicts), so the loss pays only
+    for finding the earlier occurrence of the current token and copying what followed it."""
+    if min_tokens < 2 or max_tokens < min_tokens:
+        raise ValueError(f"need 2 <= min_tokens <= max_tokens; got {min_tokens}, {max_tokens}")
+    lengths = torch.tensor([len(d) for d in documents])
+    usable = torch.nonzero(lengths >= max_tokens).flatten().tolist()
+    if not usable:
+        raise ValueError(f"no document holds {max_tokens} tokens to repeat")
+    rng = random.Random(seed)
+    pairs: list[list[int]] = []
+    masks: list[list[bool]] = []
+    for _ in range(count):
+        doc = documents[rng.choice(usable)]
+        length = rng.randint(min_tokens, max_tokens)
+        start = rng.randrange(len(doc) - length + 1)
+        stretch = list(doc[start : start + length])
+        pairs.append(stretch + stretch)
+        masks.append([False] * (length + 1) + [True] * (length - 1))
+    return pairs, masks
+
+
+def repeated_rows(
+    documents: Sequence[Sequence[int]],
+    seq_len: int,
+    eos_id: int,
+    count: int,
+    min_tokens: int,
+    max_tokens: int,
+    seed: int,
+) -> PackedRows:
+    """`repeated_stretches` packed whole into rows of `seq_len` (a pair never spans two)."""
+    pairs, masks = repeated_stretches(documents, count, min_tokens, max_tokens, seed)
+    return pack_documents(pairs, seq_len, eos_id, masks=masks, split_documents=False)
+
+
+__all__ = ["copy_document", "copy_documents", "repeated_rows", "repeated_stretches"]

@@ -2,7 +2,10 @@
 
 `run_pretrain` trains the policy from scratch (the tiny default) on the corpus at
 `pretrain.seq_len`, with the MTP module joining at `pretrain.mtp_join_step` and then trained
-by self-distillation onto the main head. `run_long_context` continues at
+by self-distillation onto the main head; with `copy_warmup.steps` it first trains on
+stretches of the corpus written twice (`composer_rl.stages.copying`), and its summary's
+`copy_ce` (cross-entropy on the second copy of held-out stretches) says how well the model
+copies from context after each. `run_long_context` continues at
 `long_context.seq_len` with YaRN rope scaling (factor `long_context_factor` over the
 pretraining length) and measures held-out loss per position bucket before and after, so the
 gain at long positions is visible (`position_loss.png`, `result.json`).
@@ -21,9 +24,9 @@ from typing import Any
 import torch
 
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
-from composer_parallel import full_state_dict
+from composer_parallel import Parallel, full_state_dict
 from composer_rl.stages.config import Stage1Config
-from composer_rl.stages.copying import copy_documents
+from composer_rl.stages.copying import copy_documents, repeated_rows
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
@@ -63,6 +66,40 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
     parameters = model.num_parameters()
     parameters_with_mtp = model.num_parameters(include_mtp=True)
     parallel = config.parallel.apply(model)
+    warmup = config.copy_warmup
+    copy_probe = repeated_rows(
+        heldout_docs,
+        config.pretrain.seq_len,
+        eos,
+        count=400,
+        min_tokens=warmup.min_tokens,
+        max_tokens=warmup.max_tokens,
+        seed=config.pretrain.seed + 1,
+    )
+    copy_ce: dict[str, float] = {}
+    if warmup.steps:
+        phase = warmup.phase(config.pretrain)
+        stretches = repeated_rows(
+            train_docs,
+            phase.seq_len,
+            eos,
+            count=warmup.stretches,
+            min_tokens=warmup.min_tokens,
+            max_tokens=warmup.max_tokens,
+            seed=config.pretrain.seed,
+        )
+        # Its own directory and checkpoints: a kill during the warm-up resumes it, and one
+        # after it reloads its last step (the pretrain phase then starts from those weights).
+        train_phase(
+            model,
+            phase,
+            stretches,
+            copy_probe,
+            phase_dir / phase.name,
+            show_progress=show,
+            parallel=parallel,
+        )
+        copy_ce["after copy warm-up"] = _copy_ce(model, copy_probe, config, parallel)
     result = train_phase(
         model,
         config.pretrain,
@@ -82,8 +119,11 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         "parameters_with_mtp": parameters_with_mtp,
         "train_tokens_available": int(train.tokens.numel()),
         "copy_documents": config.corpus.copy_documents,
+        "copy_warmup_steps": warmup.steps,
         **result.final_eval,
     }
+    copy_ce["after pretraining"] = _copy_ce(model, copy_probe, config, parallel)
+    summary["copy_ce"] = copy_ce
     if parallel is not None:
         summary["parallel"] = config.parallel.model_dump()
         state = full_state_dict(model, parallel)  # collective: every rank gathers
@@ -95,6 +135,16 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         return summary
     export_final(model, tokenizer, phase_dir, summary)
     return summary
+
+
+def _copy_ce(
+    model: ComposerModel, probe: PackedRows, config: Stage1Config, parallel: Parallel | None
+) -> float:
+    """Held-out CE on the second copy of repeated stretches: low only if the model copies."""
+    rows = config.pretrain.eval_rows
+    return float(
+        evaluate(model, probe, rows, config.pretrain.rows_per_step, parallel=parallel)["heldout_ce"]
+    )
 
 
 def long_rows(heldout_docs: list[list[int]], seq_len: int, eos: int, max_rows: int) -> PackedRows:
