@@ -67,15 +67,7 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
     parameters_with_mtp = model.num_parameters(include_mtp=True)
     parallel = config.parallel.apply(model)
     warmup = config.copy_warmup
-    copy_probe = repeated_rows(
-        heldout_docs,
-        config.pretrain.seq_len,
-        eos,
-        count=400,
-        min_tokens=warmup.min_tokens,
-        max_tokens=warmup.max_tokens,
-        seed=config.pretrain.seed + 1,
-    )
+    copy_probe = _copy_probe(heldout_docs, config, eos)
     copy_ce: dict[str, float] = {}
     if warmup.steps:
         phase = warmup.phase(config.pretrain)
@@ -94,12 +86,13 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
             model,
             phase,
             stretches,
-            copy_probe,
+            copy_probe or stretches,
             phase_dir / phase.name,
             show_progress=show,
             parallel=parallel,
         )
-        copy_ce["after copy warm-up"] = _copy_ce(model, copy_probe, config, parallel)
+        if copy_probe is not None:
+            copy_ce["after copy warm-up"] = _copy_ce(model, copy_probe, config, parallel)
     result = train_phase(
         model,
         config.pretrain,
@@ -122,7 +115,8 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         "copy_warmup_steps": warmup.steps,
         **result.final_eval,
     }
-    copy_ce["after pretraining"] = _copy_ce(model, copy_probe, config, parallel)
+    if copy_probe is not None:
+        copy_ce["after pretraining"] = _copy_ce(model, copy_probe, config, parallel)
     summary["copy_ce"] = copy_ce
     if parallel is not None:
         summary["parallel"] = config.parallel.model_dump()
@@ -135,6 +129,24 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         return summary
     export_final(model, tokenizer, phase_dir, summary)
     return summary
+
+
+def _copy_probe(heldout_docs: list[list[int]], config: Stage1Config, eos: int) -> PackedRows | None:
+    """Held-out stretches written twice; None when no held-out document is long enough
+    (a small corpus), and then the summary's `copy_ce` stays empty."""
+    warmup = config.copy_warmup
+    try:
+        return repeated_rows(
+            heldout_docs,
+            config.pretrain.seq_len,
+            eos,
+            count=400,
+            min_tokens=warmup.min_tokens,
+            max_tokens=warmup.max_tokens,
+            seed=config.pretrain.seed + 1,
+        )
+    except ValueError:
+        return None
 
 
 def _copy_ce(
