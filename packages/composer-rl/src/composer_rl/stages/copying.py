@@ -32,8 +32,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-import torch
-
 from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.tasks.invented import invented_name
 
@@ -88,8 +86,7 @@ def repeated_stretches(
     for finding the earlier occurrence of the current token and copying what followed it."""
     if min_tokens < 2 or max_tokens < min_tokens:
         raise ValueError(f"need 2 <= min_tokens <= max_tokens; got {min_tokens}, {max_tokens}")
-    lengths = torch.tensor([len(d) for d in documents])
-    usable = torch.nonzero(lengths >= max_tokens).flatten().tolist()
+    usable = [index for index, doc in enumerate(documents) if len(doc) >= max_tokens]
     if not usable:
         raise ValueError(f"no document holds {max_tokens} tokens to repeat")
     rng = random.Random(seed)
