@@ -155,3 +155,42 @@ def test_the_warm_up_trains_first_in_its_own_directory_and_resumes(tmp_path) -> 
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # reloaded, not trained again
     assert rerun["copy_ce"] == results[4]["copy_ce"]
     assert rerun["heldout_ce"] == results[4]["heldout_ce"]
+
+
+def test_a_share_of_pretraining_rows_keeps_the_repeated_stretches(tmp_path) -> None:
+    """`copy_warmup.pretrain_share` adds rows of repeated pairs beside the corpus rows, in
+    that share, each pair whole with its first copy out of the loss; a real (tiny)
+    pretraining phase trains on them and says so in its summary."""
+    from _stage_helpers import tiny_config, write_corpus
+
+    from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.copying import repeated_share
+    from composer_rl.stages.pretrain import run_pretrain
+
+    documents = [list(range(1, 200)), list(range(300, 420))]
+    rows = repeated_share(documents, 30, 0.25, 64, 0, min_tokens=4, max_tokens=12, seed=3)
+    assert len(rows) == 10  # 10 of 40 rows
+    for r in range(len(rows)):
+        for a, b in itertools.pairwise(rows.boundaries[r]):
+            body = rows.tokens[r, a : b - 1].tolist()
+            if not body or body[0] == 0:
+                continue  # the padding after the row's last pair
+            half = len(body) // 2
+            assert body[:half] == body[half:]
+            assert rows.mask[r, a : a + half + 1].sum() == 0
+            assert rows.mask[r, a + half + 1 : b].all()
+    with pytest.raises(ValueError, match="share"):
+        repeated_share(documents, 30, 1.0, 64, 0, min_tokens=4, max_tokens=12, seed=3)
+    with pytest.raises(ValueError, match="pretrain_share"):
+        load_stage1_config(**{"copy_warmup.pretrain_share": 1.0})
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    results = {}
+    for share in (0.0, 0.5):
+        config = tiny_config(tmp_path / f"run{share}", corpus)
+        config["copy_warmup"] = {"pretrain_share": share, "min_tokens": 4, "max_tokens": 12}
+        config["pretrain"]["steps"] = 2  # type: ignore[index]
+        results[share] = run_pretrain(Stage1Config.model_validate(config), show_progress=False)
+    assert results[0.5]["copy_pretrain_share"] == 0.5
+    assert results[0.5]["train_tokens_available"] > results[0.0]["train_tokens_available"]
+    assert results[0.5]["heldout_ce"] != results[0.0]["heldout_ce"]

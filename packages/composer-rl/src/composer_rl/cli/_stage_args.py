@@ -66,6 +66,13 @@ def add_copy_warmup(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--copy-warmup-steps", dest="copy_warmup.steps", type=int, metavar="N")
     group.add_argument("--copy-warmup-lr", dest="copy_warmup.lr", type=float)
+    group.add_argument(
+        "--copy-pretrain-share",
+        dest="copy_warmup.pretrain_share",
+        type=float,
+        metavar="SHARE",
+        help="share of pretraining's rows that are repeated stretches too (default 0)",
+    )
 
 
 def add_demonstrations(parser: argparse.ArgumentParser) -> None:

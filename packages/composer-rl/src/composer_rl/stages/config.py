@@ -109,6 +109,14 @@ class CopyWarmupConfig(BaseModel):
     min_tokens: int = Field(default=8, ge=2, description="shortest stretch, in tokens")
     max_tokens: int = Field(default=32, ge=2, description="longest stretch, in tokens")
     lr: float = Field(default=1e-3, gt=0, description="constant after a 10-step warm-up")
+    pretrain_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of pretraining's rows that are repeated stretches too, so the "
+        "copying the warm-up formed is kept while the model learns the corpus (without it "
+        "400 pretraining steps at lr 3e-3 took copy_ce from 0.96 to 3.44); 0: none",
+    )
 
     @model_validator(mode="after")
     def _lengths_ordered(self) -> CopyWarmupConfig:
@@ -266,7 +274,8 @@ class Stage1Config(BaseModel):
     @model_validator(mode="after")
     def _copy_pairs_fit(self) -> Stage1Config:
         longest = 2 * self.copy_warmup.max_tokens + 1  # a stretch twice and its end of text
-        if self.copy_warmup.steps and longest > self.pretrain.seq_len:
+        repeats = self.copy_warmup.steps or self.copy_warmup.pretrain_share
+        if repeats and longest > self.pretrain.seq_len:
             raise ValueError(
                 f"copy_warmup.max_tokens ({self.copy_warmup.max_tokens}) written twice does "
                 f"not fit in pretrain.seq_len ({self.pretrain.seq_len}); give at most "

@@ -116,4 +116,34 @@ def repeated_rows(
     return pack_documents(pairs, seq_len, eos_id, masks=masks, split_documents=False)
 
 
-__all__ = ["copy_document", "copy_documents", "repeated_rows", "repeated_stretches"]
+def repeated_share(
+    documents: Sequence[Sequence[int]],
+    other_rows: int,
+    share: float,
+    seq_len: int,
+    eos_id: int,
+    min_tokens: int,
+    max_tokens: int,
+    seed: int,
+) -> PackedRows:
+    """Rows of repeated stretches that make `share` of all rows beside `other_rows` others:
+    the warm-up's kind of data kept in pretraining (`copy_warmup.pretrain_share`), so the
+    copying it formed is not washed out while the model learns the corpus."""
+    if not 0 < share < 1:
+        raise ValueError(f"share must lie in (0, 1); got {share}")
+    wanted = max(1, round(other_rows * share / (1 - share)))
+    most_per_row = max(1, seq_len // (2 * min_tokens + 1))  # so `wanted` rows are surely filled
+    count = (wanted + 1) * most_per_row
+    rows = repeated_rows(documents, seq_len, eos_id, count, min_tokens, max_tokens, seed)
+    return PackedRows(
+        tokens=rows.tokens[:wanted], mask=rows.mask[:wanted], boundaries=rows.boundaries[:wanted]
+    )
+
+
+__all__ = [
+    "copy_document",
+    "copy_documents",
+    "repeated_rows",
+    "repeated_share",
+    "repeated_stretches",
+]

@@ -112,6 +112,18 @@ def pack_documents(
     )
 
 
+def concatenate(parts: Sequence[PackedRows]) -> PackedRows:
+    """The rows of `parts` as one set (of one `seq_len`), so a step samples from all of them."""
+    lengths = {part.seq_len for part in parts}
+    if len(lengths) != 1:
+        raise ValueError(f"rows of different lengths cannot be sampled together: {lengths}")
+    return PackedRows(
+        tokens=torch.cat([part.tokens for part in parts]),
+        mask=torch.cat([part.mask for part in parts]),
+        boundaries=[ends for part in parts for ends in part.boundaries],
+    )
+
+
 def make_batch(packed: PackedRows, rows: Sequence[int]) -> Batch:
     """Lay the chosen rows end to end as one packed sequence."""
     seq_len = packed.seq_len

@@ -26,11 +26,11 @@ import torch
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
 from composer_parallel import Parallel, full_state_dict
 from composer_rl.stages.config import Stage1Config
-from composer_rl.stages.copying import copy_documents, repeated_rows
+from composer_rl.stages.copying import copy_documents, repeated_rows, repeated_share
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
-from composer_rl.stages.packing import PackedRows, pack_documents
+from composer_rl.stages.packing import PackedRows, concatenate, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
 from composer_rl.stages.progress import Show, phase_line
 
@@ -61,12 +61,25 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
     eos = tokenizer.eos_id
     train = pack_documents(train_docs, config.pretrain.seq_len, eos)
     heldout = pack_documents(heldout_docs, config.pretrain.seq_len, eos)
+    warmup = config.copy_warmup
+    if warmup.pretrain_share:
+        # Pairs drawn with another seed than the warm-up's, so pretraining sees new ones.
+        kept = repeated_share(
+            train_docs,
+            len(train),
+            warmup.pretrain_share,
+            config.pretrain.seq_len,
+            eos,
+            min_tokens=warmup.min_tokens,
+            max_tokens=warmup.max_tokens,
+            seed=config.pretrain.seed + 2,
+        )
+        train = concatenate([train, kept])
     torch.manual_seed(config.pretrain.seed)
     model = ComposerModel(preset(config.preset, vocab_size=tokenizer.vocab_size))
     parameters = model.num_parameters()
     parameters_with_mtp = model.num_parameters(include_mtp=True)
     parallel = config.parallel.apply(model)
-    warmup = config.copy_warmup
     copy_probe = _copy_probe(heldout_docs, config, eos)
     copy_ce: dict[str, float] = {}
     if warmup.steps:
@@ -113,6 +126,7 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         "train_tokens_available": int(train.tokens.numel()),
         "copy_documents": config.corpus.copy_documents,
         "copy_warmup_steps": warmup.steps,
+        "copy_pretrain_share": warmup.pretrain_share,
         **result.final_eval,
     }
     if copy_probe is not None:
