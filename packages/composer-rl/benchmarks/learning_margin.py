@@ -33,17 +33,12 @@ from typing import Any
 
 from composer_rl.eval.baselines import baseline_scores
 from composer_rl.eval.behaviour import behaviour_rates
-from composer_rl.rl.compare import (
-    SPLITS,
-    PolicyScores,
-    behaviour_margins,
-    score_policy,
-    seed_margins,
-    template_rows,
-)
+from composer_rl.eval.scores import PolicyScores, score_policy
+from composer_rl.rl.compare import SPLITS, behaviour_margins, seed_margins, template_rows
 from composer_rl.rl.config import load_config
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl, runner_config
+from composer_rl.stages.quick import random_checkpoint
 
 
 def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:

@@ -27,7 +27,7 @@ from composer_rl.eval.evaluate import EvalConfig, run_eval, summarize
 from composer_rl.eval.lift import lift_over_baselines
 from composer_rl.eval.side import SIDE_BY_NAME, SIDE_EVALS
 from composer_rl.eval.table import print_comparison, print_summary
-from composer_rl.rl.quick import random_checkpoint
+from composer_rl.stages.quick import random_checkpoint
 
 QUICK = RunnerConfig(max_turns=1, max_new_tokens=4, grading_workers=2)
 

@@ -18,8 +18,8 @@ from composer_model.tokenizer import train_tokenizer
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.config import load_config
 from composer_rl.rl.run import anchor_source
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.rl.trainer import RLLossConfig, rl_loss, target_logprobs
-from composer_rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.loop import batch_loss
 from composer_rl.stages.packing import make_batch, pack_documents
 

@@ -45,7 +45,7 @@ from composer_rl.rl.orchestrator import (
 from composer_rl.rl.plots import plot_training
 from composer_rl.rl.run import run_rl
 from composer_rl.rl.sampler import TaskSampler
-from composer_rl.services.training import TrainerRestarted, TrainingConfig, TrainingService
+from composer_rl.rl.services.training import TrainerRestarted, TrainingConfig, TrainingService
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 
 # The tester's run: killed after step 4, before the first checkpoint (step 5); the trainer

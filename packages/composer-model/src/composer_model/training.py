@@ -1,7 +1,7 @@
 """The one training step and the one optimizer builder.
 
 Pretraining, the long-context phase and SFT (``composer_rl.stages``), the training service
-(``composer_rl.services.TrainingService``) and the RL trainer all take an optimizer step
+(``composer_rl.rl.services.TrainingService``) and the RL trainer all take an optimizer step
 through `train_step` and build their optimizer with `build_optimizer`, so a change to how
 a step is taken (clipping, the non-finite check, the MoE balancing-bias update) reaches
 every one of them. What differs between them is only the loss, which `train_step` takes

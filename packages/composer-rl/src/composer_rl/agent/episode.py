@@ -10,7 +10,7 @@ a fresh prefill would give. The sandboxes run the calls and, at the end, the hid
 in a thread pool so grading overlaps with decoding. An episode ends when the model calls
 `finish`, writes no call, runs out of turns, or its context would overflow; with a
 `SummaryConfig` it summarizes instead of overflowing, or (the baseline `mode="truncate"`)
-drops its oldest turns (`composer_rl.rl.summarize`).
+drops its oldest turns (`composer_rl.agent.summarize`).
 
 Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
 of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
@@ -38,8 +38,7 @@ from composer_rl.agent.format import (
     render_prompt,
 )
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
-from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
-from composer_rl.rl.summarize import (
+from composer_rl.agent.summarize import (
     SUMMARY_REQUEST,
     SummaryConfig,
     condensed_prompt,
@@ -47,6 +46,7 @@ from composer_rl.rl.summarize import (
     summary_text,
     truncation_start,
 )
+from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
 from composer_rl.tasks.model import Task
 
 

@@ -46,12 +46,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from composer_rl.eval.baselines import baseline_scores
-    from composer_rl.rl.compare import (
-        comparison_rows,
-        heldout_tasks,
-        score_policy,
-        template_rows,
-    )
+    from composer_rl.eval.scores import score_policy
+    from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
     from composer_rl.rl.run import preflight, run_rl, runner_config

@@ -1,7 +1,7 @@
 """Baseline scores for any comparison of policies: do-nothing and random, on the same tasks.
 
 `baseline_scores` scores the baselines of `composer_rl.eval.baseline_checkpoints` with
-`composer_rl.rl.compare.score_policy`, exactly as a trained checkpoint is scored (greedy
+`composer_rl.eval.scores.score_policy`, exactly as a trained checkpoint is scored (greedy
 pass@1, and with `samples_for_k` temperature-1 samples for pass@k), so a learning margin
 can be read against what a policy that does nothing useful earns on those tasks:
 
@@ -30,7 +30,7 @@ from composer_rl.eval.baseline_checkpoints import (
     baseline_checkpoint,
 )
 from composer_rl.eval.lift import Lift, lift_over_baselines
-from composer_rl.rl.compare import PolicyScores, score_policy
+from composer_rl.eval.scores import PolicyScores, score_policy
 from composer_rl.tasks.model import Task
 
 

@@ -53,7 +53,7 @@ class RolloutSection(_Section):
     )
     summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
     max_summaries: int = Field(default=3, ge=1, description="compactions an episode may make")
-    summary_mode: Literal["summarize", "truncate"] = Field(  # rl.summarize.CompactionMode
+    summary_mode: Literal["summarize", "truncate"] = Field(  # agent.summarize.CompactionMode
         default="summarize",
         description="how a full context is condensed: the model's summary, or 'truncate' "
         "(drop the oldest turns; the self-summary study's baseline)",

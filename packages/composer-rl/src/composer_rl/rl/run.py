@@ -36,6 +36,7 @@ from composer_infra.checkpoint import GroupStore
 from composer_model import ComposerTokenizer, OptimConfig
 from composer_parallel import ParallelDims
 from composer_rl.agent.episode import RunnerConfig
+from composer_rl.agent.summarize import SummaryConfig
 from composer_rl.errors import require_model_dir
 from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
@@ -43,10 +44,9 @@ from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.lineage import RESTART, VersionTree, final_lineage
 from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
 from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
-from composer_rl.rl.summarize import SummaryConfig
-from composer_rl.services.evaluation import EvaluationService
-from composer_rl.services.inference import InferenceService
-from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.services.evaluation import EvaluationService
+from composer_rl.rl.services.inference import InferenceService
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
@@ -263,7 +263,7 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
     """Training and inference as Ray actors (local instance, or `ray_address`)."""
     import ray
 
-    from composer_rl.services.launch import start_services
+    from composer_rl.rl.services.launch import start_services
 
     services = start_services(
         config.model,

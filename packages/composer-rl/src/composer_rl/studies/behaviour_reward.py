@@ -18,11 +18,12 @@ process), the way a user would:
   (`plugins.block = ["unfinished"]`), so the first steps train without it.
 - **The add.** After step `add_at - 1` the study runs `composer-rl plugins add --run
   RUN_DIR --name unfinished composer_rewards.rewards.unfinished:UnfinishedWorkPenalty`
-  (the CLI's own `main`: it checks the spec in the job's interpreter and writes the request
-  file, as from a shell). The job applies it at its next step boundary, step `add_at`, and
-  records the event in that step's metrics line and in `plugins/processed/`. The command is
-  issued from the loop's step-boundary callback rather than from another shell only so that
-  it lands on the configured step; from a shell it lands on whichever boundary comes next.
+  (the command itself, in a process of its own: it checks the spec in the job's interpreter
+  and writes the request file, as from a shell). The job applies it at its next step
+  boundary, step `add_at`, and records the event in that step's metrics line and in
+  `plugins/processed/`. The command is issued from the loop's step-boundary callback rather
+  than from another shell only so that it lands on the configured step; from a shell it
+  lands on whichever boundary comes next.
   The run then goes on to its last step.
 
 **Windows, by the policy version that sampled each episode** (the `versions` of its tokens
@@ -66,6 +67,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -86,9 +89,10 @@ from composer_rl.plugins.requests import recent
 from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.lineage import final_lineage
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl
 from composer_rl.stages.metrics import read_metrics as read_metrics_file
+from composer_rl.stages.quick import random_checkpoint
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.rl_runs import (
     WEIGHTS_RECORD,
@@ -169,12 +173,13 @@ def add_command(run_dir: Path) -> list[str]:
 
 def adder(run_dir: Path, add_at: int) -> Callable[[int], None]:
     """The loop's step-boundary callback that runs the add command after step add_at - 1,
-    so the job applies it at the boundary of step add_at."""
-    from composer_rl.cli import main
+    so the job applies it at the boundary of step add_at. The command runs in a process of
+    its own (`python -m composer_rl.cli`, this interpreter), as from a shell."""
+    command = [sys.executable, "-m", "composer_rl.cli", *add_command(run_dir)]
 
     def boundary(step: int) -> None:
         if step == add_at - 1:
-            code = main(add_command(run_dir))
+            code = subprocess.run(command, check=False).returncode
             if code != 0:
                 raise RuntimeError(f"`composer-rl {' '.join(add_command(run_dir))}` exited {code}")
 

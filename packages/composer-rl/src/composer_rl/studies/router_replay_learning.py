@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from composer_rl.rl.compare import paired_margin, score_policy
+from composer_rl.eval.scores import score_policy
+from composer_rl.rl.compare import paired_margin
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import runner_config

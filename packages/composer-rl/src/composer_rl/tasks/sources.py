@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import pluggy
 
 from composer_rl.tasks import hookspecs
 from composer_rl.tasks.io import load_tasks
-from composer_rl.tasks.model import Split, Task
+from composer_rl.tasks.model import Split, Task, TaskSource
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template
-
-
-@runtime_checkable
-class TaskSource(Protocol):
-    name: str
-
-    def tasks(self, split: Split) -> Iterable[Task]: ...
 
 
 class BuiltinTaskSource:

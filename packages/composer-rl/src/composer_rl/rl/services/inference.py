@@ -1,6 +1,6 @@
 """The inference service of the report: an `InferenceEngine` that follows the trainer's versions.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Weights
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. Weights
 arrive through a `WeightSubscriber` whose `on_update` is the engine's `update_weights`,
 so every generated token carries the policy version that sampled it (what off-policy
 corrections in the RL loss need), with its behaviour log-probability and, on request,
@@ -20,7 +20,7 @@ from composer_model import (
     set_threads,
 )
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.services._common import ModelSource, build_model, wait_for_version
+from composer_rl.rl.services._common import ModelSource, build_model, wait_for_version
 from composer_rl.tasks.model import Task
 
 

@@ -1,6 +1,6 @@
 """The training service of the report: owns the policy and its optimizer, publishes every version.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Each
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. Each
 `train_step` is one optimizer step on a token batch, after which the policy version goes
 up by one and the new weights go to the weight store in the background
 (`WeightPublisher`: XOR deltas, snapshots, manifest last), so inference services pick
@@ -19,7 +19,7 @@ objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
 
 Data, context and expert parallelism (`TrainingConfig.parallel`, dp x cp ranks, ep dividing
 them): every rank constructs the service inside one process group (torchrun, or the Ray
-rank actors of `composer_rl.services.launch`) and calls `train_rl` (or `train_step`) with
+rank actors of `composer_rl.rl.services.launch`) and calls `train_rl` (or `train_step`) with
 the *same* whole batch; each dp rank keeps its share (Karmarkar-Karp on a*L + L^2), each cp
 rank a head-tail shard of that share (`rl_loss(..., context=...)` computes next tokens, MTP
 targets and teachers on the whole row), its loss is its share of the whole batch's
@@ -69,8 +69,8 @@ from composer_parallel import (
 )
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
+from composer_rl.rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
-from composer_rl.services._common import ModelSource, build_model, pack_sequences
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.stages.packing import PackedRows, batch_rows, make_batch, pack_documents
 

@@ -31,10 +31,10 @@ from ray.actor import ActorHandle
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 from composer_infra.runtime import RayRuntime, RuntimeConfig
-from composer_rl.services._common import ModelSource
-from composer_rl.services.evaluation import EvaluationService
-from composer_rl.services.inference import InferenceService
-from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.services._common import ModelSource
+from composer_rl.rl.services.evaluation import EvaluationService
+from composer_rl.rl.services.inference import InferenceService
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
 
 LOOPBACK = "127.0.0.1"
 

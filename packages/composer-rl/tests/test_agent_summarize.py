@@ -20,16 +20,16 @@ from composer_rewards import score_episode
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, _Live
 from composer_rl.agent.format import render_prompt
 from composer_rl.agent.oracle import oracle_summary, summary_demonstration
-from composer_rl.agent.transcript import Transcript
-from composer_rl.plugins import build_plugin_manager
-from composer_rl.rl.episodes import score_result
-from composer_rl.rl.orchestrator import assign_advantages
-from composer_rl.rl.summarize import (
+from composer_rl.agent.summarize import (
     SummaryConfig,
     condensed_prompt,
     should_summarize,
     truncation_start,
 )
+from composer_rl.agent.transcript import Transcript
+from composer_rl.plugins import build_plugin_manager
+from composer_rl.rl.episodes import score_result
+from composer_rl.rl.orchestrator import assign_advantages
 from composer_rl.stages.packing import make_batch, pack_documents
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 

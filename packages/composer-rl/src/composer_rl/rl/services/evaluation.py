@@ -1,6 +1,6 @@
 """The evaluation service of the report: scores the newest published policy on held-out data.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. It follows
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. It follows
 the trainer through its own `WeightSubscriber` (so evaluation never stalls training or
 inference) and reports held-out next-token cross-entropy for the version it evaluated.
 `evaluate_tasks` runs greedy agent episodes on held-out tasks with the newest version
@@ -21,7 +21,7 @@ from composer_infra.store import WeightSubscriber, open_store
 from composer_model import ComposerTokenizer, InferenceEngine, compute_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.eval.stats import mean_se
-from composer_rl.services._common import (
+from composer_rl.rl.services._common import (
     ModelSource,
     build_model,
     pack_sequences,
