@@ -8,6 +8,8 @@ The run directory is the single source of truth::
                            supersedes steps its killed predecessor logged
     checkpoints/           the trainer's step checkpoints (model, Adam, RNG, loop state)
     groups/                every finished group, written once (group-level checkpoint)
+    groups/fates.jsonl     every finished group's fate as the loop decided it (trained,
+                           dropped as stale, constant, ...), and a restart line at each resume
     sampler.json           the tasks already handed out (single epoch across resumes)
     weights/               the file:// weight store (unless --store names another)
     episodes/episodes.jsonl  one line per episode (reward components, flags, versions, text)
@@ -18,7 +20,8 @@ its latest step checkpoint, the orchestrator with the groups no checkpointed ste
 (those the lost steps trained too, judged for staleness on the version tree,
 `composer_rl.rl.lineage`). The steps logged after the restored one are superseded: the
 restart line says so, and `lineage.final_lineage` reads the steps the final policy
-descends from.
+descends from. The fate log's restart line voids the fates the killed run decided after its
+checkpoint; the resumed run decides them again (`composer_rl.rl.fates`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from composer_rl.errors import require_model_dir
 from composer_rl.plugins import PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
+from composer_rl.rl.fates import FATES_LOG, FateLog
+from composer_rl.rl.jsonl import cut_torn_tail, read_jsonl
 from composer_rl.rl.lineage import RESTART, VersionTree, final_lineage
-from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
+from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode, group_task
 from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
 from composer_rl.rl.services.evaluation import EvaluationService
 from composer_rl.rl.services.inference import InferenceService
@@ -295,13 +300,17 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
 
 
 class RunLog:
-    """metrics.jsonl and episodes/episodes.jsonl, appended line by line."""
+    """metrics.jsonl, episodes/episodes.jsonl and groups/fates.jsonl, appended line by line
+    (a line a killed predecessor left half-written is cut off first)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         (run_dir / EPISODES_LOG).parent.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", EPISODES_LOG):
+            cut_torn_tail(run_dir / name)
         self.metrics = (run_dir / "metrics.jsonl").open("a")
         self.episodes = (run_dir / EPISODES_LOG).open("a")
+        self.fates = FateLog(run_dir / FATES_LOG)
 
     def step(self, row: dict[str, Any]) -> None:
         self.metrics.write(json.dumps(row, default=str) + "\n")
@@ -317,8 +326,7 @@ class RunLog:
         finished, or checkpointed every step) continues one lineage: no line, only the
         `life` of its steps says it restarted."""
         self.metrics.flush()
-        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines()
-        before = [json.loads(x) for x in lines if x.strip()]
+        before = read_jsonl(self.run_dir / "metrics.jsonl")
         lost = [r for r in final_lineage(before) if int(r["step"]) > orchestrator.step]
         if not lost:
             return None
@@ -345,6 +353,32 @@ class RunLog:
         self.step(record)
         return record
 
+    def resume_fates(self, resumed: dict[str, Any], lineage: VersionTree) -> dict[str, Any] | None:
+        """Mark a resume in the fate log (`FateLog.restart`): the fates the killed run
+        decided after the restored checkpoint are voided, to be decided again. Written at
+        every resume of a trainer restored from a checkpoint (or a store) and whenever the
+        log holds lines; a run's first start writes nothing."""
+        if not resumed["restored"] and not (self.run_dir / FATES_LOG).stat().st_size:
+            return None
+        from_step = int(resumed["step"])
+        rows = final_lineage(read_jsonl(self.run_dir / "metrics.jsonl"))
+        loop = resumed["loop"]
+        return self.fates.restart(
+            from_step=from_step,
+            life=lineage.life,
+            version=int(resumed["version"]),
+            restored_version=lineage.lives[-1].restored_version if resumed["restored"] else None,
+            consumed=loop.get("consumed", []),
+            dropped=loop.get("dropped", []),
+            trained_at={
+                gid: int(row["step"])
+                for row in rows
+                if int(row["step"]) <= from_step
+                for gid in row.get("trained_groups", [])
+            },
+            task_of=group_task,
+        )
+
     def evaluation(self, row: dict[str, Any]) -> None:
         with (self.run_dir / "eval.jsonl").open("a") as out:
             out.write(json.dumps(row) + "\n")
@@ -356,6 +390,7 @@ class RunLog:
     def close(self) -> None:
         self.metrics.close()
         self.episodes.close()
+        self.fates.close()
 
 
 class PeriodicEvaluation:
@@ -470,6 +505,8 @@ def run_rl(
         loop_state = resumed["loop"]
         lineage = VersionTree.from_dict(resumed["lineage"])
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
+        # Before the orchestrator's own resume records what it decides again.
+        log.resume_fates(resumed, lineage)
 
         first_boundary: dict[str, float] = {}
 
@@ -502,6 +539,7 @@ def run_rl(
             on_step=step_done,
             on_episode=log.episode,
             step_boundary=step_boundary,
+            on_fate=log.fates.record,
         )
         if resumed["restored"]:
             log.restart(orchestrator, lineage.lives[-1].restored_version)
