@@ -11,7 +11,7 @@ from composer_model import (
     InferenceEngine,
     OptimConfig,
     build_optimizer,
-    compute_loss,
+    lm_forward_loss,
     preset,
     train_step,
     train_tokenizer,
@@ -129,7 +129,7 @@ def test_taught_model_summarizes_continues_and_segments_share_the_reward() -> No
         loss = train_step(
             model,
             optimizer,
-            lambda: compute_loss(
+            lambda: lm_forward_loss(
                 model,
                 batch.input_ids,
                 positions=batch.positions,

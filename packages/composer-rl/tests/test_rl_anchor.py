@@ -17,9 +17,10 @@ from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, 
 from composer_model.tokenizer import train_tokenizer
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.config import load_config
+from composer_rl.rl.loss import RLLossConfig, target_logprobs
 from composer_rl.rl.run import anchor_source
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
-from composer_rl.rl.trainer import RLLossConfig, rl_loss, target_logprobs
+from composer_rl.rl.trainer import rl_forward_loss
 from composer_rl.stages.loop import batch_loss
 from composer_rl.stages.packing import make_batch, pack_documents
 
@@ -61,15 +62,17 @@ def test_the_anchor_adds_its_weight_times_sfts_loss_on_the_demonstrations() -> N
     ids, masks = _demonstrations()
     rows = pack_documents(ids, 64, 0, masks=masks, split_documents=False)
     demo = make_batch(rows, [0, 1])
-    plain = rl_loss(model, batch, RLLossConfig(is_cap=None))
-    anchored = rl_loss(model, batch, RLLossConfig(is_cap=None, anchor_weight=0.5), anchor=demo)
+    plain = rl_forward_loss(model, batch, RLLossConfig(is_cap=None))
+    anchored = rl_forward_loss(
+        model, batch, RLLossConfig(is_cap=None, anchor_weight=0.5), anchor=demo
+    )
     with torch.no_grad():
         sft = batch_loss(model, demo, mtp_weight=0.0).loss
     assert "anchor_loss" not in plain.metrics
     assert anchored.metrics["anchor_loss"] == pytest.approx(float(sft), rel=1e-6)
     assert float((anchored.loss - plain.loss).detach()) == pytest.approx(0.5 * float(sft), rel=1e-5)
     # Weight 0 with rows given is the plain loss: the knob, not the rows, turns it on.
-    off = rl_loss(model, batch, RLLossConfig(is_cap=None), anchor=demo)
+    off = rl_forward_loss(model, batch, RLLossConfig(is_cap=None), anchor=demo)
     assert float(off.loss.detach()) == pytest.approx(float(plain.loss.detach()), rel=1e-6)
 
 
@@ -101,7 +104,7 @@ def test_the_anchor_holds_a_demonstrated_answer_that_rl_pushes_down() -> None:
             train_step(
                 model,
                 optimizer,
-                lambda m=model, c=config: rl_loss(m, batch, c, anchor=demo),
+                lambda m=model, c=config: rl_forward_loss(m, batch, c, anchor=demo),
                 grad_clip=1.0,
             )
         moved[weight] = demonstrated_logprob(model) - before

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from composer_rl.errors import ConfigError, explain_validation, section_type
 from composer_rl.plugins.settings import PluginSettings
+from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.orchestrator import OrchestratorConfig
-from composer_rl.rl.trainer import RLLossConfig
 from composer_rl.tasks.model import Category
 
 

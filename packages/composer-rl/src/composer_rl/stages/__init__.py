@@ -1,7 +1,8 @@
 """Stage one: continued pretraining, the long-context phase and SFT, each a resumable phase
 of a fixed number of steps writing checkpoints (composer-infra's `StepCheckpointer`),
 metrics (JSONL and TensorBoard), plots and a final model. Every phase steps with
-`composer_model.train_step` on `composer_model.compute_loss`, as the training service does."""
+`composer_model.train_step` on `composer_model.lm_forward_loss` (the step's forward, then
+the one loss, `composer_model.compute_loss`, on its outputs), as the training service does."""
 
 from composer_rl.stages.config import (
     CorpusConfig,

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from composer_infra.store import WeightSubscriber, open_store
-from composer_model import ComposerTokenizer, InferenceEngine, compute_loss, set_threads
+from composer_model import ComposerTokenizer, InferenceEngine, lm_forward_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.services._common import (
@@ -67,7 +67,9 @@ class EvaluationService:
         input_ids, cu_seqlens = pack_sequences(sequences, self.model.config.vocab_size)
         with torch.no_grad():
             loss = float(
-                compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens, mtp_weight=0.0).lm_loss
+                lm_forward_loss(
+                    self.model, input_ids, cu_seqlens=cu_seqlens, mtp_weight=0.0
+                ).lm_loss
             )
         return {
             "version": self.policy_version,

@@ -13,17 +13,19 @@ lineage.json`) that tells the loop which weights every version number names.
 A step is `composer_model.train_step`, the one step the stage-one phases take too, on an
 optimizer from `composer_model.build_optimizer` (weight decay on matrices only, warm-up
 then a constant rate, or a cosine to `total_steps` when the run's length is known). The
-loss is `composer_model.compute_loss` (next-token cross-entropy + the config's MTP term)
-unless the caller passes its own; `train_rl(trajectories)` is the same step with the RL
-objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
+objective is `composer_model.lm_forward_loss` (the step's forward, then the one loss on
+its outputs: next-token cross-entropy + the config's MTP term) unless the caller passes its
+own; `train_rl(trajectories)` is the RL step (`composer_rl.rl.trainer.rl_step`: the same
+`train_step` on a router-replayed forward and `composer_rl.rl.loss.rl_loss`).
 
 Data, context and expert parallelism (`TrainingConfig.parallel`, dp x cp ranks, ep dividing
 them): every rank constructs the service inside one process group (torchrun, or the Ray
 rank actors of `composer_rl.rl.services.launch`) and calls `train_rl` (or `train_step`) with
-the *same* whole batch; each dp rank keeps its share (Karmarkar-Karp on a*L + L^2), each cp
-rank a head-tail shard of that share (`rl_loss(..., context=...)` computes next tokens, MTP
-targets and teachers on the whole row), its loss is its share of the whole batch's
-(`rl_loss(..., whole=...)`), and the step's parallel hooks sum gradients and metrics.
+the *same* whole batch; each dp rank keeps its share (`Parallel.dp_sequences`:
+Karmarkar-Karp on a*L + L^2), the step shards it once for each cp rank (next tokens, MTP
+inputs, targets and teachers computed on the whole row), the loss is the rank's share of
+the whole batch's (its normalisers are the whole batch's counts), and the step's parallel
+hooks sum gradients and metrics.
 Rank 0 alone publishes (the full weights, expert shards gathered) and exports; step
 checkpoints are per rank (`rank-NNN/`).
 """
@@ -51,8 +53,9 @@ from composer_model import (
     ComposerModel,
     OptimConfig,
     StepObjective,
+    StepStats,
     build_optimizer,
-    compute_loss,
+    lm_forward_loss,
     lr_at,
     save_pretrained,
     set_threads,
@@ -60,17 +63,12 @@ from composer_model import (
     train_step,
 )
 from composer_model.model import positions_from_cu_seqlens
-from composer_parallel import (
-    apply_context_parallel,
-    attention_cost_ratio,
-    full_state_dict,
-    plan_global_batch,
-    sharded_loss,
-)
-from composer_rl.rl.batch import Trajectory, pack
+from composer_parallel import attention_cost_ratio, full_state_dict
+from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
+from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.services._common import ModelSource, build_model, pack_sequences
-from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
+from composer_rl.rl.trainer import rl_step
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.stages.packing import PackedRows, batch_rows, make_batch, pack_documents
 
@@ -160,17 +158,8 @@ class TrainingService:
         if self.config.reference:
             self.reference = build_model(model, seed=self.config.seed).eval()
             self.reference.requires_grad_(False)
-        self.rl_context: RLContext | None = None
-        if self.parallel is not None and self.parallel.context is not None:
-            assert self.parallel.meshes is not None
-            reference_context = (
-                apply_context_parallel(
-                    self.reference, self.parallel.meshes.cp_group, self.config.parallel.cp_mode
-                )
-                if self.reference is not None
-                else None
-            )
-            self.rl_context = RLContext(self.parallel.context, reference_context)
+        if self.parallel is not None and self.reference is not None:
+            self.parallel.apply_context(self.reference)  # runs on the policy's cp shards
         self.anchor = self._anchor_rows()
         self.step = 0
         self.policy_version = 0
@@ -247,16 +236,6 @@ class TrainingService:
         if self.publisher is not None:
             self.publisher.publish(state, self.policy_version)
 
-    def _dp_share(self, lengths: Sequence[int]) -> list[int]:
-        """Indices of this rank's sequences of the whole batch (every rank gets some)."""
-        assert self.parallel is not None
-        dp = self.parallel.dims.dp
-        if len(lengths) < dp:
-            raise ValueError(f"a batch of {len(lengths)} sequences cannot feed dp={dp} ranks")
-        a = attention_cost_ratio(self.model.config)
-        plan = plan_global_batch(list(lengths), dp, a)
-        return [i for micro in plan[self.parallel.dp_index] for i in micro.sequences]
-
     def _anchor_rows(self) -> PackedRows | None:
         """The SFT anchor's demonstrations, packed as the SFT phase packs them."""
         if self.config.rl.anchor_weight == 0:
@@ -288,7 +267,7 @@ class TrainingService:
         sequences, packed into one row with document boundaries).
 
         The objective is `loss_fn(model, input_ids, cu_seqlens)`, by default
-        `compute_loss` (next-token + the config's MTP term). Returns the step's metrics
+        `lm_forward_loss` (next-token + the config's MTP term). Returns the step's metrics
         and the new policy version. Publishing runs in the background; `wait=True` (or
         `flush()`) returns only once the version is visible in the store.
         """
@@ -301,7 +280,9 @@ class TrainingService:
                 )
             return self._parallel_train_step(batch, input_ids, cu_seqlens, wait=wait)
         objective = loss_fn or _next_token_loss
-        stats = self._optimize(lambda: objective(self.model, input_ids, cu_seqlens), wait=wait)
+        stats = self._optimize(
+            lambda: self._step(lambda: objective(self.model, input_ids, cu_seqlens)), wait=wait
+        )
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -316,23 +297,23 @@ class TrainingService:
         """This rank's share of the next-token step on the whole `batch` (packed as given)."""
         assert self.parallel is not None
         parallel = self.parallel
-        mine = [batch[i] for i in self._dp_share([len(seq) for seq in batch])]
+        a = attention_cost_ratio(self.model.config)
+        mine = [batch[i] for i in parallel.dp_sequences([len(seq) for seq in batch], a)]
         local_ids, local_cu = pack_sequences(mine, self.model.config.vocab_size)
         counts = target_counts(input_ids, cu_seqlens, len(self.model.mtp_modules))
         positions = positions_from_cu_seqlens(local_cu, local_ids.numel())
 
         def objective() -> StepObjective:
-            return sharded_loss(
+            return lm_forward_loss(
                 self.model,
-                parallel,
                 local_ids,
-                positions.reshape(1, -1),
-                local_cu,
-                counts,
-                mtp_weight=self.model.config.mtp_loss_weight,
+                positions=positions.reshape(1, -1),
+                cu_seqlens=local_cu,
+                denominators=counts,
+                parallel=parallel,
             )
 
-        stats = self._optimize(objective, wait=wait)
+        stats = self._optimize(lambda: self._step(objective), wait=wait)
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -342,9 +323,10 @@ class TrainingService:
         loop_state: dict[str, Any] | None = None,
         life: int | None = None,
     ) -> dict[str, Any]:
-        """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
+        """One RL step (`composer_rl.rl.trainer.rl_step`) on `trajectories`, published as
+        the next policy version.
 
-        The same step as `train_step`, with the policy-gradient loss on a router-replayed
+        The same `train_step` as `train_step`'s, with the RL loss on a router-replayed
         forward. `loop_state` (the orchestrator's consumed and dropped groups) is stored
         with the next step checkpoint, so a resumed run trains exactly the groups it had not.
         `life` is the trainer life (`VersionTree.life`) the orchestrator chose the batch
@@ -358,52 +340,48 @@ class TrainingService:
                 f"life {self.lineage.life}, the loop knows life {life}); run the same command "
                 "again to resume the loop from the checkpoints"
             )
-        batch = pack(trajectories)
         if loop_state is not None:
             self.loop_state = dict(loop_state)
-        if self.parallel is None:
-            anchor = None
-            if self.anchor is not None:  # rows a function of (seed, step): same after resume
-                rows = batch_rows(
-                    len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
-                )
-                anchor = make_batch(self.anchor, rows)
-            stats = self._optimize(
-                lambda: rl_loss(self.model, batch, self.config.rl, self.reference, anchor=anchor)
+        anchor = None
+        if self.anchor is not None:  # rows a function of (seed, step): same after resume
+            rows = batch_rows(
+                len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
             )
-        else:  # this rank's share of the whole batch (every rank was given all of it)
-            whole = global_batch_of(batch, len(self.model.mtp_modules))
-            mine = pack(
-                [trajectories[i] for i in self._dp_share([len(t.tokens) for t in trajectories])]
-            )
-            stats = self._optimize(
-                lambda: rl_loss(
-                    self.model,
-                    mine,
-                    self.config.rl,
-                    self.reference,
-                    whole=whole,
-                    context=self.rl_context,
-                )
-            )
-        stats["tokens"] = batch.num_tokens
-        stats["sequences"] = batch.num_sequences
-        return stats
-
-    def _optimize(
-        self, objective: Callable[[], StepObjective], *, wait: bool = False
-    ) -> dict[str, Any]:
-        """`composer_model.train_step`, then version v+1 published (and checkpointed on cadence)."""
-        began = time.monotonic()
-        try:
-            stats = train_step(
+            anchor = make_batch(self.anchor, rows)
+        stats = self._optimize(
+            lambda: rl_step(
                 self.model,
                 self.optimizer,
-                objective,
+                trajectories,
+                self.config.rl,
                 grad_clip=self.config.optim.grad_clip,
                 lr=lr_at(self.step, self.config.total_steps, self.config.optim),
                 parallel=self.parallel,
+                reference=self.reference,
+                anchor=anchor,
             )
+        )
+        stats["tokens"] = sum(len(t.tokens) for t in trajectories)
+        stats["sequences"] = len(trajectories)
+        return stats
+
+    def _step(self, objective: Callable[[], StepObjective]) -> StepStats:
+        """`composer_model.train_step` on `objective` at this step's learning rate."""
+        return train_step(
+            self.model,
+            self.optimizer,
+            objective,
+            grad_clip=self.config.optim.grad_clip,
+            lr=lr_at(self.step, self.config.total_steps, self.config.optim),
+            parallel=self.parallel,
+        )
+
+    def _optimize(self, step: Callable[[], StepStats], *, wait: bool = False) -> dict[str, Any]:
+        """One optimizer step (`step`: `_step` or the RL step), then version v+1 published
+        (and checkpointed on cadence)."""
+        began = time.monotonic()
+        try:
+            stats = step()
         except FloatingPointError as error:
             raise FloatingPointError(f"training step {self.step + 1}: {error}") from error
         self.step += 1
@@ -483,4 +461,4 @@ class TrainingService:
 def _next_token_loss(
     model: ComposerModel, input_ids: torch.Tensor, cu_seqlens: torch.Tensor
 ) -> StepObjective:
-    return compute_loss(model, input_ids, cu_seqlens=cu_seqlens)
+    return lm_forward_loss(model, input_ids, cu_seqlens=cu_seqlens)
