@@ -19,6 +19,7 @@ from composer_rl.agent.episode import EpisodeResult, RunnerConfig, episode_view
 from composer_rl.eval import EvalConfig, pass_at_k, run_eval
 from composer_rl.eval.behaviour import BEHAVIOURS, per_task_behaviours, tokens_per_solved
 from composer_rl.eval.stats import mean_se
+from composer_rl.plugins import JobPlugins
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
@@ -65,15 +66,23 @@ class PolicyScores:
         return cls(**data, by_difficulty=by_difficulty)  # type: ignore[arg-type]
 
 
-def heldout_tasks(per_template: int, seed: int = 0) -> list[Task]:
-    tasks = collect_tasks(Split.HELDOUT)
+def heldout_tasks(
+    per_template: int, seed: int = 0, plugins: JobPlugins | None = None
+) -> list[Task]:
+    """The held-out split (sampled `per_template` a template): the built-in templates', and
+    with a job's `plugins` its plugin task sources' too."""
+    tasks = (
+        plugins.tasks(Split.HELDOUT)
+        if plugins is not None
+        else collect_tasks(Split.HELDOUT, pm=None)
+    )
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 
 def validation_tasks(per_template: int, seed: int = 0) -> list[Task]:
     """Tasks of the validation split carved from train (`is_validation`): settings are
     chosen on these, never on the held-out split. Stage one and RL train on none of them."""
-    tasks = [t for t in collect_tasks(Split.TRAIN) if is_validation(t)]
+    tasks = [t for t in collect_tasks(Split.TRAIN, pm=None) if is_validation(t)]
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 
@@ -118,16 +127,22 @@ def score_policy(
     k_tasks: list[Task] | None = None,
     threads: int | None = None,
     batch: int = 32,
+    plugins: JobPlugins | None = None,
 ) -> PolicyScores:
     """Greedy pass@1 on `tasks`; with `samples_for_k`, temperature-1 samples of `k_tasks`
-    (default: the same tasks) for pass@k and the sampled pass@1.
+    (default: the same tasks) for pass@k and the sampled pass@1. `plugins`: the job's, which
+    score the episodes and give the sandbox backend (default: built once a `run_eval`).
 
     All episodes of a pass go to the engine at once (`tasks_per_step` = all), so continuous
     batching keeps `batch` episodes decoding instead of waiting for each chunk's slowest.
     """
     greedy = RunnerConfig(**{**vars(runner), "temperature": 0.0})
     config = EvalConfig(
-        samples=1, runner=greedy, max_batch_size=batch, tasks_per_step=max(1, len(tasks))
+        samples=1,
+        runner=greedy,
+        max_batch_size=batch,
+        tasks_per_step=max(1, len(tasks)),
+        plugins=plugins,
     )
     summary, results = run_eval(checkpoint, tasks, config, threads)
     episodes = list(results)
@@ -153,6 +168,7 @@ def score_policy(
             runner=sampled,
             max_batch_size=batch,
             tasks_per_step=max(1, len(sampled_tasks)),
+            plugins=plugins,
         )
         _, sampled_results = run_eval(checkpoint, sampled_tasks, config, threads)
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)
