@@ -2,13 +2,21 @@
 
 Training (`TrainingService`), inference (`InferenceService`), evaluation
 (`EvaluationService`) live here; the environment service is
-`composer_infra.environment.EnvironmentService` as is.
+`composer_infra.environment.EnvironmentService` as is (as an actor of `start_services`,
+`JobEnvironmentService`: the same, with its backends from the job's plugins). Every service
+takes the job's `composer_rl.plugins.JobPlugins` as ``plugins=``.
 """
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 from composer_rl.services.evaluation import EvaluationService
 from composer_rl.services.inference import InferenceService
-from composer_rl.services.launch import SERVICE_NAMES, Services, TrainingRank, start_services
+from composer_rl.services.launch import (
+    SERVICE_NAMES,
+    JobEnvironmentService,
+    Services,
+    TrainingRank,
+    start_services,
+)
 from composer_rl.services.training import TrainingConfig, TrainingService
 
 __all__ = [
@@ -17,6 +25,7 @@ __all__ = [
     "EnvironmentService",
     "EvaluationService",
     "InferenceService",
+    "JobEnvironmentService",
     "Services",
     "TrainingConfig",
     "TrainingRank",
