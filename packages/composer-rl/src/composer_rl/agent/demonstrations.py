@@ -197,8 +197,11 @@ class Player:
 
 
 def visible_run(task: Task, files: dict[str, str], backend: str | None = None) -> ToolResult:
-    """The visible tests run in a scratch sandbox holding `files` (not recorded anywhere)."""
-    with Sandbox.create(sandbox_task(task, files), backend) as sandbox:
+    """The visible tests run in a scratch sandbox holding `files` (not recorded anywhere).
+
+    Stage one plays demonstrations outside any plugin job (it takes no plugin requests):
+    `backend` is looked up in composer-infra's standalone default."""
+    with Sandbox.create(sandbox_task(task, files), backend, registry=None) as sandbox:
         return sandbox.call("run", {"command": VISIBLE_TEST_COMMAND})
 
 

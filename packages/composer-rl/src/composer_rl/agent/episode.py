@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from composer_infra.sandbox import Sandbox, TestReport
+from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
 from composer_rewards import ToolCall as EpisodeToolCall
@@ -188,11 +188,18 @@ class EpisodeRunner:
     """
 
     def __init__(
-        self, engine: InferenceEngine, tokenizer: ComposerTokenizer, config: RunnerConfig
+        self,
+        engine: InferenceEngine,
+        tokenizer: ComposerTokenizer,
+        config: RunnerConfig,
+        backends: BackendRegistry | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
+        # Where `config.backend` is looked up: the job's (`JobPlugins.backends`); None,
+        # outside a job, is composer-infra's standalone default.
+        self.backends = backends
         special = tokenizer.special_ids
         self.stop_ids = [special[t] for t in (TOOL_CALL_END, END_OF_TURN, "<|endoftext|>")]
         self.summary_stop_ids = [special[t] for t in (END_OF_TURN, "<|endoftext|>")]
@@ -242,7 +249,7 @@ class EpisodeRunner:
             ids = transcript.encode(self.tokenizer)[0]
             result.record.add_context(ids)
             try:
-                sandbox = open_sandbox(task, self.config.backend)
+                sandbox = open_sandbox(task, self.config.backend, self.backends)
             except Exception as exc:  # infrastructure, not the policy: no reward, not a zero
                 result.stop_reason = "sandbox_error"
                 result.grading_error = f"sandbox did not open: {type(exc).__name__}: {exc}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from composer_infra.sandbox import Sandbox, TestReport
+from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_infra.sandbox import Task as SandboxTask
 from composer_rl.tasks.model import GRADING_DIR, Task
 
@@ -21,9 +21,15 @@ def sandbox_task(task: Task, files: dict[str, str] | None = None) -> SandboxTask
     )
 
 
-def open_sandbox(task: Task, backend: str | None = None) -> Sandbox:
-    """A sandbox holding the task's repository (not its hidden tests)."""
-    return Sandbox.create(sandbox_task(task), backend)
+def open_sandbox(
+    task: Task, backend: str | None = None, registry: BackendRegistry | None = None
+) -> Sandbox:
+    """A sandbox holding the task's repository (not its hidden tests).
+
+    :param registry: where `backend` is looked up: the job's (`JobPlugins.backends`); None,
+        outside a job, is composer-infra's standalone default.
+    """
+    return Sandbox.create(sandbox_task(task), backend, registry=registry)
 
 
 def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from composer_rl.errors import ConfigError, require_model_dir
+
+if TYPE_CHECKING:
+    from composer_rl.plugins import JobPlugins
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,8 +84,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=main)
 
 
-def _tasks(args: argparse.Namespace) -> tuple[str, list[Any]]:
-    """(suite label, tasks) for the command line."""
+def _tasks(args: argparse.Namespace, plugins: JobPlugins) -> tuple[str, list[Any]]:
+    """(suite label, tasks) for the command line; a split's tasks include those of the
+    job's plugin task sources."""
     from composer_rl.eval.bench import BENCH_VERSION, bench_tasks
     from composer_rl.eval.side import side_tasks
     from composer_rl.tasks import DirectoryTaskSource, Split, collect_tasks, sample_tasks
@@ -92,7 +96,7 @@ def _tasks(args: argparse.Namespace) -> tuple[str, list[Any]]:
             raise ConfigError("--suite bench is a fixed set; drop --tasks")
         return BENCH_VERSION, bench_tasks() + side_tasks()
     sources = [DirectoryTaskSource("user", args.tasks)] if args.tasks else None
-    tasks = collect_tasks(Split(args.split), sources=sources)
+    tasks = collect_tasks(Split(args.split), sources, pm=plugins.pm)
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template, seed=args.seed)
     if not tasks:
@@ -105,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.eval import EvalConfig, print_summary, run_eval, write_report
     from composer_rl.eval.evaluate import load_summary
     from composer_rl.eval.table import print_comparison
-    from composer_rl.plugins import PluginSession
+    from composer_rl.plugins import JobPlugins, PluginSession
 
     _check_args(args)
     plugin_config = _read_config(args.config) if args.config else {}
@@ -117,7 +121,8 @@ def main(args: argparse.Namespace) -> int:
     bad_k = [k for k in args.k if k > args.samples]
     if bad_k:
         raise ConfigError(f"pass@k needs k <= --samples ({args.samples}); got {bad_k}")
-    suite, tasks = _tasks(args)
+    plugins = JobPlugins(plugin_config)  # the job's one manager, for every plugin kind
+    suite, tasks = _tasks(args, plugins)
     temperature = (
         args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     )
@@ -134,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
             grading_workers=args.workers,
         ),
         plugin_config=plugin_config,
+        plugins=plugins,
         tasks_per_step=args.tasks_per_step,
         baselines=("do_nothing", "random"),  # scored on the same tasks, printed beside
     )

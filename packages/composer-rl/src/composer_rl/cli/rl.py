@@ -47,10 +47,11 @@ def main(args: argparse.Namespace) -> int:
 
     from composer_rl.eval.baselines import baseline_scores
     from composer_rl.eval.scores import score_policy
+    from composer_rl.plugins import JobPlugins
     from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
-    from composer_rl.rl.run import preflight, run_rl, runner_config
+    from composer_rl.rl.run import plugin_config, preflight, run_rl, runner_config
     from composer_rl.stages.progress import Show, StepProgress, phase_line
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
@@ -63,6 +64,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     console = Console()
+    # The job's one plugin manager: the loop and the final comparison score with it, and
+    # look task sources, weight stores and sandbox backends up in it.
+    plugins = JobPlugins(plugin_config(config))
     show: Show = "lines" if args.no_progress else True
     phase_line("rl", f"starting the services ({'in this process' if config.local else 'Ray'})")
     with StepProgress("rl", config.loop.steps, show=show) as progress:
@@ -77,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                 else "",
             )
 
-        history = run_rl(config, on_step=on_step)
+        history = run_rl(config, on_step=on_step, plugins=plugins)
     run_dir = config.run_dir
     training_png = plot_training(run_dir)
     summary: dict[str, Any] = {"steps_this_call": len(history), "run_dir": str(run_dir)}
@@ -87,9 +91,11 @@ def main(args: argparse.Namespace) -> int:
         ) / len(history)
         summary["token_lag_mean"] = sum(r["token_lag_mean"] for r in history) / len(history)
     if config.eval.per_template:
-        tasks = heldout_tasks(config.eval.per_template, seed=0)
+        tasks = heldout_tasks(config.eval.per_template, seed=0, plugins=plugins)
         k = config.eval.pass_k_samples if config.eval.pass_k_samples > 1 else 0
-        k_tasks = heldout_tasks(min(config.eval.k_per_template, config.eval.per_template), seed=0)
+        k_tasks = heldout_tasks(
+            min(config.eval.k_per_template, config.eval.per_template), seed=0, plugins=plugins
+        )
         runner = runner_config(config)
         console.print(
             f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
@@ -101,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
             phase_line("evaluation", f"scoring the {name.upper()} policy ({path})")
             scores.append(
                 score_policy(name, path, tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
-                             threads=config.threads, batch=config.eval.batch)
+                             threads=config.threads, batch=config.eval.batch, plugins=plugins)
             )  # fmt: skip
             phase_line(
                 "evaluation", f"{name.upper()} policy scored in {time.monotonic() - began:.0f} s"
@@ -109,7 +115,12 @@ def main(args: argparse.Namespace) -> int:
         began = time.monotonic()
         phase_line("evaluation", "scoring the do-nothing and random baselines (greedy)")
         baselines = baseline_scores(
-            tasks, runner, like=config.model, threads=config.threads, batch=config.eval.batch
+            tasks,
+            runner,
+            like=config.model,
+            threads=config.threads,
+            batch=config.eval.batch,
+            plugins=plugins,
         )
         phase_line("evaluation", f"baselines scored in {time.monotonic() - began:.0f} s")
         rows = comparison_rows(scores[0], scores[1], baselines=baselines)

@@ -11,8 +11,10 @@ The episodes run in steps of `tasks_per_step` tasks. With a `run_dir`, each step
 a plugin step boundary (`composer_rl.plugins.PluginSession`): `composer-rl plugins
 add|remove --run RUN_DIR` change the reward and monitor plugins of a running evaluation,
 each step's episodes are scored right after they finish, and one line a step goes to
-``RUN_DIR/metrics.jsonl``. The plugins are those of `composer_rl.plugins.build_plugin_manager`
-(built-ins, installed entry points, `plugin_config`'s specs and block list, configured).
+``RUN_DIR/metrics.jsonl``. The plugins are the job's `composer_rl.plugins.JobPlugins`
+(`EvalConfig.plugins`, or one built once from `plugin_config`: built-ins, installed entry
+points, its specs and block list, configured): they score the episodes and the sandbox
+backend is looked up in them.
 
 Suites: `heldout` (the held-out split, sampled per template) and `bench` (the frozen
 CursorBench-style set of `composer_rl.eval.bench` plus the five side evals of
@@ -54,7 +56,7 @@ from composer_rl.eval.baseline_checkpoints import (
 from composer_rl.eval.passk import pass_at_k
 from composer_rl.eval.side import SIDE_VERSION, InterruptingRunner, side_scores
 from composer_rl.eval.stats import mean_se
-from composer_rl.plugins import PluginSession, build_plugin_manager
+from composer_rl.plugins import JobPlugins, PluginSession
 from composer_rl.stages.progress import Show, StepProgress
 from composer_rl.tasks.model import Task
 
@@ -69,6 +71,9 @@ class EvalConfig:
     plugin_config: dict[str, Any] = field(default_factory=dict)
     """The run configuration the plugins see: ``plugins`` (PluginSettings), ``rewards``,
     ``monitors`` and any third-party plugin's section."""
+    plugins: JobPlugins | None = None
+    """The job's plugins (one manager for rewards, monitors and sandbox backends); None:
+    `run_eval` builds them once from `plugin_config` and its baselines share them."""
     run_dir: Path | None = None
     """With one, plugin requests are applied between steps and metrics.jsonl is written."""
     tasks_per_step: int = 0
@@ -98,12 +103,16 @@ BASELINE_KEYS = (
 """What of a baseline's own summary the policy's report keeps."""
 
 
+def job_plugins(config: EvalConfig) -> JobPlugins:
+    """`config.plugins`, or the job's plugins built from `config.plugin_config`."""
+    return config.plugins if config.plugins is not None else JobPlugins(config.plugin_config)
+
+
 def plugin_scorer(config: EvalConfig) -> PluginScorer:
-    """A scorer over the run's plugin manager, for scoring without a run directory."""
-    pm = build_plugin_manager(config.plugin_config)
+    """A scorer over the job's plugin manager, for scoring without a run directory."""
     session_settings = PluginSession.settings_of(config.plugin_config)
     return PluginScorer(
-        pm,
+        job_plugins(config).pm,
         strict=session_settings.strict,
         budget_s=session_settings.hook_budget_s,
         over_budget=session_settings.over_budget,
@@ -256,6 +265,8 @@ def run_eval(
         raise FileNotFoundError(
             f"{checkpoint}: no tokenizer.json; give a stage-one 'final' directory"
         )
+    plugins = job_plugins(config)
+    config = replace(config, plugins=plugins)  # the baselines score with the same manager
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
     engine = policy_engine(checkpoint, tokenizer, config)
     runner_config = config.runner or RunnerConfig(temperature=0.0 if config.samples == 1 else 0.8)
@@ -265,7 +276,11 @@ def run_eval(
         results, scores = _run_steps(engine, tokenizer, runner_config, tasks, config, scorer)
     else:
         with PluginSession(
-            config.plugin_config, config.run_dir, command="eval", resume_after_finish=False
+            config.plugin_config,
+            config.run_dir,
+            command="eval",
+            plugins=plugins,
+            resume_after_finish=False,
         ) as session:
             results, scores = _run_steps(
                 engine, tokenizer, runner_config, tasks, config, session.scorer, session
@@ -353,7 +368,8 @@ def _run_steps(
             def graded(count: int, before: int = before) -> None:
                 progress.update(before + count)
 
-            chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
+            backends = job_plugins(config).backends
+            chunk = InterruptingRunner(engine, tokenizer, step_runner, backends).run(
                 tasks[start : start + per_step], config.samples, on_episode=graded
             )
             chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]

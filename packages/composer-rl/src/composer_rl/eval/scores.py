@@ -21,6 +21,7 @@ from composer_rl.eval.behaviour import per_task_behaviours, tokens_per_solved
 from composer_rl.eval.evaluate import EvalConfig, run_eval
 from composer_rl.eval.passk import pass_at_k
 from composer_rl.eval.stats import mean_se
+from composer_rl.plugins import JobPlugins
 from composer_rl.tasks.model import Task
 
 
@@ -82,16 +83,22 @@ def score_policy(
     k_tasks: list[Task] | None = None,
     threads: int | None = None,
     batch: int = 32,
+    plugins: JobPlugins | None = None,
 ) -> PolicyScores:
     """Greedy pass@1 on `tasks`; with `samples_for_k`, temperature-1 samples of `k_tasks`
-    (default: the same tasks) for pass@k and the sampled pass@1.
+    (default: the same tasks) for pass@k and the sampled pass@1. `plugins`: the job's, which
+    score the episodes and give the sandbox backend (default: built once a `run_eval`).
 
     All episodes of a pass go to the engine at once (`tasks_per_step` = all), so continuous
     batching keeps `batch` episodes decoding instead of waiting for each chunk's slowest.
     """
     greedy = RunnerConfig(**{**vars(runner), "temperature": 0.0})
     config = EvalConfig(
-        samples=1, runner=greedy, max_batch_size=batch, tasks_per_step=max(1, len(tasks))
+        samples=1,
+        runner=greedy,
+        max_batch_size=batch,
+        tasks_per_step=max(1, len(tasks)),
+        plugins=plugins,
     )
     summary, results = run_eval(checkpoint, tasks, config, threads)
     episodes = list(results)
@@ -117,6 +124,7 @@ def score_policy(
             runner=sampled,
             max_batch_size=batch,
             tasks_per_step=max(1, len(sampled_tasks)),
+            plugins=plugins,
         )
         _, sampled_results = run_eval(checkpoint, sampled_tasks, config, threads)
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)

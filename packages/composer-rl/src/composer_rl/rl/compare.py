@@ -16,20 +16,25 @@ from typing import Any
 from composer_rl.eval.behaviour import BEHAVIOURS
 from composer_rl.eval.scores import PolicyScores
 from composer_rl.eval.stats import mean_se
+from composer_rl.plugins import JobPlugins
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
 
 
-def heldout_tasks(per_template: int, seed: int = 0) -> list[Task]:
-    tasks = collect_tasks(Split.HELDOUT)
+def heldout_tasks(
+    per_template: int, seed: int = 0, plugins: JobPlugins | None = None
+) -> list[Task]:
+    """The held-out split (sampled `per_template` a template): the built-in templates', and
+    with a job's `plugins` its plugin task sources' too."""
+    tasks = collect_tasks(Split.HELDOUT, pm=plugins.pm if plugins is not None else None)
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 
 def validation_tasks(per_template: int, seed: int = 0) -> list[Task]:
     """Tasks of the validation split carved from train (`is_validation`): settings are
     chosen on these, never on the held-out split. Stage one and RL train on none of them."""
-    tasks = [t for t in collect_tasks(Split.TRAIN) if is_validation(t)]
+    tasks = [t for t in collect_tasks(Split.TRAIN, pm=None) if is_validation(t)]
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 

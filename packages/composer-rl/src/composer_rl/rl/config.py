@@ -116,6 +116,11 @@ class TasksSection(_Section):
         default=0, ge=0, description="training tasks per template (0: every one)"
     )
     source: Path | None = Field(default=None, description="task directory instead of built-ins")
+    builtin: bool = Field(
+        default=True,
+        description="train on the built-in templates when tasks.source is unset (false: only "
+        "the task sources of plugins, `composer_task_sources`, which are always added)",
+    )
     mix: dict[Category, float] | None = Field(
         default=None,
         description="category weights of the sampler (None: composer_rl.tasks.TaskMix's "

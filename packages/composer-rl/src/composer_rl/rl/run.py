@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +41,7 @@ from composer_parallel import ParallelDims
 from composer_rl.agent.episode import RunnerConfig
 from composer_rl.agent.summarize import SummaryConfig
 from composer_rl.errors import require_model_dir
-from composer_rl.plugins import PluginSession
+from composer_rl.plugins import JobPlugins, PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.fates import FATES_LOG, FateLog
@@ -53,7 +53,15 @@ from composer_rl.rl.services.evaluation import EvaluationService
 from composer_rl.rl.services.inference import InferenceService
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig
-from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
+from composer_rl.tasks import (
+    BuiltinTaskSource,
+    DirectoryTaskSource,
+    Split,
+    TaskMix,
+    TaskSource,
+    collect_tasks,
+    sample_tasks,
+)
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
 
@@ -135,15 +143,32 @@ def _rank_zero(futures: list[Future[Any]]) -> Future[Any]:
     return out
 
 
-def training_tasks(config: RLConfig) -> list[Task]:
-    sources = [DirectoryTaskSource("user", config.tasks.source)] if config.tasks.source else None
-    tasks = collect_tasks(Split.TRAIN, sources=sources)
-    if sources is None:  # the built-in validation tasks stay out: settings are chosen on them
-        tasks = [t for t in tasks if not is_validation(t)]
+class BuiltinTrainingSource(BuiltinTaskSource):
+    """The built-in templates' tasks without the validation split carved from their training
+    split (settings are chosen on those, so RL never trains on them)."""
+
+    def tasks(self, split: Split) -> Iterator[Task]:
+        return (t for t in super().tasks(split) if not is_validation(t))
+
+
+def training_sources(config: RLConfig) -> list[TaskSource]:
+    """The run's own task sources: `tasks.source`, or else the built-in templates unless
+    `tasks.builtin` is false. The job's plugin task sources are added to these."""
+    if config.tasks.source:
+        return [DirectoryTaskSource("user", config.tasks.source)]
+    return [BuiltinTrainingSource()] if config.tasks.builtin else []
+
+
+def training_tasks(config: RLConfig, plugins: JobPlugins) -> list[Task]:
+    """The training split of `training_sources` and of the job's plugin task sources."""
+    tasks = collect_tasks(Split.TRAIN, training_sources(config), pm=plugins.pm)
     if config.tasks.per_template:
         tasks = sample_tasks(tasks, config.tasks.per_template, seed=config.seed)
     if not tasks:
-        raise ValueError("no training tasks found; check tasks.source")
+        raise ValueError(
+            "no training tasks found; check tasks.source, tasks.builtin and the plugins' "
+            "task sources (`composer_task_sources`)"
+        )
     return tasks
 
 
@@ -236,10 +261,15 @@ class RunHandles:
     stop: Callable[[], None]
 
 
-def start_local(config: RLConfig, store_url: str) -> RunHandles:
-    """Both services in this process (tests, debugging): one thread each."""
+def start_local(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandles:
+    """Both services in this process (tests, debugging): one thread each, all looking
+    plugins up in the job's one manager."""
     trainer = TrainingService(
-        config.model, store_url, config.run_dir / "checkpoints", training_config(config)
+        config.model,
+        store_url,
+        config.run_dir / "checkpoints",
+        training_config(config),
+        plugins=plugins,
     )
     inference = InferenceService(
         config.model,
@@ -249,8 +279,9 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
         threads=config.threads,
         max_seq_len=config.rollout.max_seq_len,
         compile_decode=config.rollout.compile_decode,
+        plugins=plugins,
     )
-    evaluation = EvaluationService(config.model, store_url, threads=config.threads)
+    evaluation = EvaluationService(config.model, store_url, threads=config.threads, plugins=plugins)
     t, r, e = LocalEndpoint(trainer), LocalEndpoint(inference), LocalEndpoint(evaluation)
 
     def stop() -> None:
@@ -264,8 +295,9 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
     return RunHandles(t, r, e, stop)
 
 
-def start_ray(config: RLConfig, store_url: str) -> RunHandles:
-    """Training and inference as Ray actors (local instance, or `ray_address`)."""
+def start_ray(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandles:
+    """Training and inference as Ray actors (local instance, or `ray_address`); each builds
+    the job's manager from its plugin configuration (`JobPlugins` pickles as that)."""
     import ray
 
     from composer_rl.rl.services.launch import start_services
@@ -283,6 +315,7 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
             "max_seq_len": config.rollout.max_seq_len,
             "compile_decode": config.rollout.compile_decode,
         },
+        plugins=plugins,
     )
 
     def stop() -> None:
@@ -398,7 +431,12 @@ class PeriodicEvaluation:
     held-out tasks; the loop does not wait for it (one evaluation in flight at a time)."""
 
     def __init__(
-        self, config: RLConfig, endpoint: LocalEndpoint | RayEndpoint, tokenizer: str, log: RunLog
+        self,
+        config: RLConfig,
+        endpoint: LocalEndpoint | RayEndpoint,
+        tokenizer: str,
+        log: RunLog,
+        plugins: JobPlugins,
     ) -> None:
         self.every = config.eval.every
         self.endpoint = endpoint
@@ -406,7 +444,11 @@ class PeriodicEvaluation:
         self.log = log
         self.runner = runner_config(config)
         self.tasks = (
-            sample_tasks(collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=0)
+            sample_tasks(
+                collect_tasks(Split.HELDOUT, pm=plugins.pm),
+                config.eval.during_per_template,
+                seed=0,
+            )
             if self.every
             else []
         )
@@ -468,8 +510,14 @@ def run_rl(
     *,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     step_boundary: Callable[[int], None] | None = None,
+    plugins: JobPlugins | None = None,
 ) -> list[dict[str, Any]]:
-    """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call."""
+    """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call.
+
+    `plugins` are the job's (default: ``JobPlugins(plugin_config(config))``): one manager,
+    built once, that scores episodes and in which the task sources, the weight store and
+    the sandbox backends are looked up.
+    """
     preflight(config)
     model_dir = config.model
     tokenizer_path = model_dir / "tokenizer.json"
@@ -478,7 +526,8 @@ def run_rl(
     (run_dir / "config.toml").write_text(to_toml(config))
     store_url = config.store or (run_dir / "weights").resolve().as_uri()
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
-    plugins = PluginSession(plugin_config(config), run_dir, command="rl")
+    job = plugins if plugins is not None else JobPlugins(plugin_config(config))
+    session = PluginSession(job.config, run_dir, command="rl", plugins=job)
     upsampling = (
         UpsamplingConfig(
             after_fraction=config.loop.upsample_hard_after,
@@ -489,14 +538,16 @@ def run_rl(
     )
     mix = TaskMix(weights=config.tasks.mix) if config.tasks.mix is not None else TaskMix()
     sampler = TaskSampler(
-        training_tasks(config),
+        training_tasks(config, job),
         config.seed,
         upsampling,
         state_path=run_dir / "sampler.json",
         mix=mix,
         learnability=LearnabilityConfig() if config.loop.learnability else None,
     )
-    handles = start_local(config, store_url) if config.local else start_ray(config, store_url)
+    handles = (
+        start_local(config, store_url, job) if config.local else start_ray(config, store_url, job)
+    )
     log = RunLog(run_dir)
     try:
         resumed = handles.trainer.call("resume_state").result()
@@ -504,7 +555,7 @@ def run_rl(
         handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
         loop_state = resumed["loop"]
         lineage = VersionTree.from_dict(resumed["lineage"])
-        periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
+        periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log, job)
         # Before the orchestrator's own resume records what it decides again.
         log.resume_fates(resumed, lineage)
 
@@ -515,9 +566,9 @@ def run_rl(
             # between steps; the events go into this step's metrics line.
             row.update(first_boundary)
             first_boundary.clear()
-            row.update(plugins.step_boundary(int(row["step"])))
+            row.update(session.step_boundary(int(row["step"])))
             row["plugins_registered"] = sorted(
-                name for name, _ in plugins.pm.list_name_plugin() if name
+                name for name, _ in session.pm.list_name_plugin() if name
             )
             log.step(row)
             periodic.after_step(int(row["version"]))
@@ -530,7 +581,7 @@ def run_rl(
             GroupStore(run_dir / "groups"),
             handles.rollout,
             handles.trainer,
-            lambda raw: score_result(raw, plugins.score, tokenizer),
+            lambda raw: score_result(raw, session.score, tokenizer),
             start_step=int(resumed["step"]),
             start_version=int(resumed["version"]),
             lineage=lineage,
@@ -545,7 +596,7 @@ def run_rl(
             log.restart(orchestrator, lineage.lives[-1].restored_version)
         # Requests queued before the first step, and a killed predecessor's run-time
         # plugins restored: recorded in the first step's metrics line.
-        first_boundary.update(plugins.step_boundary(orchestrator.step))
+        first_boundary.update(session.step_boundary(orchestrator.step))
         history = orchestrator.run()
         periodic.finish()
         # With what the loop decided after its last step (groups dropped since, the counts).
@@ -553,7 +604,7 @@ def run_rl(
         final = run_dir / "final"
         handles.trainer.call("export", str(final)).result()
         shutil.copy(tokenizer_path, final / "tokenizer.json")
-        plugins.close()  # finished: later plugin requests on this run are refused
+        session.close()  # finished: later plugin requests on this run are refused
         return history
     finally:
         log.close()
@@ -561,10 +612,12 @@ def run_rl(
 
 
 __all__ = [
+    "BuiltinTrainingSource",
     "LocalEndpoint",
     "RankGroupEndpoint",
     "RayEndpoint",
     "RunLog",
     "run_rl",
+    "training_sources",
     "training_tasks",
 ]

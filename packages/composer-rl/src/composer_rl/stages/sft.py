@@ -81,11 +81,12 @@ def demonstrations(
 
 def demonstration_tasks(config: Stage1Config) -> tuple[list[Task], list[Task]]:
     """(training tasks, held-out tasks) stage one demonstrates. Validation tasks stay out:
-    settings are chosen on them."""
-    train_tasks = [t for t in collect_tasks(Split.TRAIN) if not is_validation(t)]
+    settings are chosen on them. The built-in templates' only: demonstrations are played by
+    their oracles."""
+    train_tasks = [t for t in collect_tasks(Split.TRAIN, pm=None) if not is_validation(t)]
     per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
     train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
-    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
+    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT, pm=None), per_group=2, seed=1)
     return train_tasks, heldout_tasks
 
 

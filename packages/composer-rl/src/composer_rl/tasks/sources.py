@@ -63,7 +63,12 @@ def collect_tasks(
     sources: Sequence[TaskSource] | None = None,
     pm: pluggy.PluginManager | None = None,
 ) -> list[Task]:
-    """All tasks of `split` from `sources` (default: the built-ins) plus plugin sources."""
+    """All tasks of `split` from `sources` (default: the built-ins) plus plugin sources.
+
+    :param pm: the job's plugin manager, whose ``composer_task_sources`` plugins add their
+        sources (a job passes its `composer_rl.plugins.JobPlugins`' ``pm``); None asks no
+        plugin.
+    """
     split = Split(split)
     chosen = list(sources) if sources is not None else [BuiltinTaskSource()]
     if pm is not None:

@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from composer_infra.store import WeightSubscriber, open_store
+from composer_infra.store import WeightSubscriber
 from composer_model import ComposerTokenizer, InferenceEngine, lm_forward_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.eval.stats import mean_se
+from composer_rl.plugins import JobPlugins
 from composer_rl.rl.services._common import (
     ModelSource,
     build_model,
@@ -40,12 +41,16 @@ class EvaluationService:
         *,
         readers: int = 2,
         threads: int | None = None,
+        plugins: JobPlugins | None = None,
     ) -> None:
         set_threads(threads)
+        # The job's plugins: the weight store and the episodes' sandbox backends are looked
+        # up in them (a service made alone is a job of its own, default configuration).
+        self.plugins = plugins if plugins is not None else JobPlugins()
         self.model = build_model(model).eval()
         self.policy_version: int | None = None
         self.subscriber = WeightSubscriber(
-            open_store(store_url), readers=readers, on_update=self._load
+            self.plugins.open_store(store_url), readers=readers, on_update=self._load
         )
 
     def _load(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
@@ -102,7 +107,7 @@ class EvaluationService:
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         engine = InferenceEngine(self.model, tokenizer, max_batch_size=16)
         greedy = replace(runner, temperature=0.0, record_routing=False, summary=runner.summary)
-        episodes = EpisodeRunner(engine, tokenizer, greedy)
+        episodes = EpisodeRunner(engine, tokenizer, greedy, self.plugins.backends)
         try:
             results = episodes.run(list(tasks))
         finally:

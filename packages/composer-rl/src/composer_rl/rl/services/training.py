@@ -47,7 +47,6 @@ from composer_infra.store import (
     PublisherConfig,
     WeightPublisher,
     WeightSubscriber,
-    open_store,
 )
 from composer_model import (
     ComposerModel,
@@ -64,6 +63,7 @@ from composer_model import (
 )
 from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import attention_cost_ratio, full_state_dict
+from composer_rl.plugins import JobPlugins
 from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
 from composer_rl.rl.loss import RLLossConfig
@@ -138,8 +138,13 @@ class TrainingService:
         store_url: str,
         checkpoint_dir: str | Path | None = None,
         config: TrainingConfig | None = None,
+        *,
+        plugins: JobPlugins | None = None,
     ) -> None:
         self.config = config or TrainingConfig()
+        # The job's plugins: the weight store is looked up in them (a service made alone is a
+        # job of its own, with the default configuration).
+        self.plugins = plugins if plugins is not None else JobPlugins()
         set_threads(self.config.threads)
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
         self.parallel = self.config.parallel.apply(self.model)
@@ -173,7 +178,7 @@ class TrainingService:
         restored_version = self.policy_version
         self.publisher: WeightPublisher | None = None
         if self._main:  # one writer of the weight store
-            store = open_store(store_url)
+            store = self.plugins.open_store(store_url)
             restored = self._skip_used_versions(store, restored) or restored
             self.publisher = WeightPublisher(
                 store,
