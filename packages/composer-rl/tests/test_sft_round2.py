@@ -248,6 +248,25 @@ def test_stage1_checks_the_rounds_templates_first(
     assert "no template nope" in _one_line_error(capsys) and not run.exists()
 
 
+def test_a_policy_that_leaves_no_attempt_stops_with_one_line_after_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    final = random_checkpoint(run / "sft" / "final")
+    shutil.copy(final / "tokenizer.json", run / "tokenizer.json")
+    save_torch(
+        {"train": ([[1, 2]], [[True, True]]), "heldout": ([[1]], [[True]])}, run / "sft_tokens.pt"
+    )
+    argv = ["--tasks", "1", "--samples", "1", "--max-turns", "1", "--templates", TEMPLATE]
+    assert main(["sft-round2", "--run-dir", str(run), "--no-progress", *argv]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert last.startswith("error: ") and "left no attempt to correct" in last
+    collected = json.loads((run / "sft_round2" / COLLECTION_FILE).read_text())
+    assert collected["episodes"] == 1 and collected["attempts"] == 0
+    assert sum(collected["dropped"].values()) == 1
+    assert not (run / "sft_round2" / "result.json").exists()
+
+
 # --- a quickly trained policy that makes one mistake ---------------------------------------
 
 
