@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.baselines import baseline_scores
 from composer_rl.eval.behaviour import behaviour_rates
 from composer_rl.eval.scores import PolicyScores, score_policy
@@ -38,7 +39,6 @@ from composer_rl.rl.compare import SPLITS, behaviour_margins, seed_margins, temp
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl, runner_config
-from composer_rl.stages.quick import random_checkpoint
 
 
 def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:

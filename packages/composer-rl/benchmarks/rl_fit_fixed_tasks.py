@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.scores import PolicyScores, score_policy
 from composer_rl.rl.compare import paired_margin
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl, runner_config
-from composer_rl.stages.quick import random_checkpoint
 from composer_rl.studies.fixed_tasks import FixedTasks, training_curve
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from composer_rl.agent.quick import random_checkpoint as tiny_checkpoint
 from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
-from composer_rl.stages.quick import random_checkpoint as tiny_checkpoint
 
 
 def trajectory(versions: list[int], advantage: float = 0.5) -> Trajectory:

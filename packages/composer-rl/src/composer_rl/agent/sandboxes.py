@@ -38,6 +38,17 @@ def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:
     return sandbox.run_tests(hidden_tests=task.tests)
 
 
+SKIPPED_DIRS = (".", "pytest-of-", "__pycache__", GRADING_DIR)
+"""Directory names `workspace_files` does not descend into (by prefix)."""
+
+
+def in_workspace_listing(path: str) -> bool:
+    """Whether `workspace_files` can return the repository file `path` (its count and size
+    limits aside): no dot-file, and no part of the path a directory it skips."""
+    *dirs, name = path.split("/")
+    return not name.startswith(".") and not any(d.startswith(SKIPPED_DIRS) for d in dirs)
+
+
 def workspace_files(
     sandbox: Sandbox, task: Task, max_files: int = 200, max_bytes: int = 200_000
 ) -> dict[str, str]:
@@ -47,9 +58,7 @@ def workspace_files(
     files: dict[str, str] = {}
     root = sandbox.workspace
     for folder, dirs, names in os.walk(root, followlinks=False):
-        dirs[:] = sorted(
-            d for d in dirs if not d.startswith((".", "pytest-of-", "__pycache__", GRADING_DIR))
-        )
+        dirs[:] = sorted(d for d in dirs if not d.startswith(SKIPPED_DIRS))
         for name in sorted(names):
             path = Path(folder) / name
             rel = path.relative_to(root).as_posix()

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from composer_rl.errors import ConfigError
+from composer_rl.progress import Show
 from composer_rl.stages.config import Stage1Config, load_stage1_config
-from composer_rl.stages.progress import Show
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -113,8 +113,58 @@ def add_demonstrations(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_round2(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The second SFT round's settings (`Stage1Config.sft_round2`): `--tasks` etc. on
+    `composer-rl sft-round2`, `--round2-tasks` etc. (prefix "round2-") on `stage1`."""
+    from composer_rl.stages.config import SftRound2Config
+
+    defaults = SftRound2Config()
+    group = parser.add_argument_group(
+        "second SFT round",
+        "recovering demonstrations from the SFT policy's own failed attempts on training "
+        "tasks, mixed into round one's (off unless the task count is above 0)",
+    )
+    dest = "sft_round2."
+    options: list[tuple[str, str, type, str, str]] = [
+        ("tasks", "tasks", int, "N", "training tasks the SFT policy attempts (0: no round)"),
+        ("samples", "samples", int, "K", f"episodes per task (default {defaults.samples})"),
+        ("temperature", "temperature", float, "T", "sampling temperature (default 1)"),
+        ("share", "share", float, "SHARE", f"share of own-mistake rows ({defaults.share})"),
+        ("steps", "phase.steps", int, "S", f"SFT steps (default {defaults.phase.steps})"),
+        ("lr", "phase.optim.lr", float, "LR", f"peak lr (default {defaults.phase.optim.lr})"),
+        ("rows", "phase.rows_per_step", int, "R", "rows per step (default 1)"),
+        ("max-turns", "max_turns", int, "N", f"calls an episode may make ({defaults.max_turns})"),
+        ("seed", "seed", int, "N", "which tasks, and the episodes' sampling (default 0)"),
+    ]
+    for flag, key, kind, metavar, text in options:
+        group.add_argument(
+            f"--{prefix}{flag}", dest=dest + key, type=kind, metavar=metavar, help=text
+        )
+    group.add_argument(
+        f"--{prefix}templates",
+        dest=dest + "templates",
+        nargs="+",
+        metavar="NAME",
+        help="only these templates' tasks (default: all)",
+    )
+    group.add_argument(
+        f"--{prefix}source",
+        dest=dest + "source",
+        type=Path,
+        metavar="DIR",
+        help="the SFT checkpoint to continue (default: RUN/sft/final)",
+    )
+    group.add_argument(
+        f"--{prefix}time-limit",
+        dest=dest + "phase.time_limit_s",
+        type=float,
+        metavar="SECONDS",
+        help="opt-in wall-clock budget for the training steps (default: none)",
+    )
+
+
 def progress(args: argparse.Namespace) -> Show:
-    """The phases' progress reporting for --no-progress (see `composer_rl.stages.progress`)."""
+    """The phases' progress reporting for --no-progress (see `composer_rl.progress`)."""
     return "lines" if args.no_progress else True
 
 

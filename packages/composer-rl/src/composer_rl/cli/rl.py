@@ -48,11 +48,11 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.eval.baselines import baseline_scores
     from composer_rl.eval.scores import score_policy
     from composer_rl.plugins import JobPlugins
+    from composer_rl.progress import Show, StepProgress, phase_line
     from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
     from composer_rl.rl.run import plugin_config, preflight, run_rl, runner_config
-    from composer_rl.stages.progress import Show, StepProgress, phase_line
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
         setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())

@@ -1,9 +1,11 @@
-"""``composer-rl stage1``: the whole default stage one (pretrain, long context, SFT)."""
+"""``composer-rl stage1``: the whole default stage one (pretrain, long context, SFT, and the
+opt-in second SFT round, `--round2-tasks N`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +16,7 @@ from composer_rl.cli._stage_args import (
     add_copy_warmup,
     add_demonstrations,
     add_phase,
+    add_round2,
     preflight,
     progress,
     refuse_plugins,
@@ -32,15 +35,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
         add_phase(parser, phase, f"{label} phase")
     add_demonstrations(parser)
+    add_round2(parser, prefix="round2-")
     parser.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
     from composer_rl.stages.sft import run_sft
+    from composer_rl.stages.sft_round2 import NoOwnMistakes, run_sft_round2, templates_named
 
     config = stage1_config(args)
     preflight(config, "stage1")
+    round2 = config.sft_round2.tasks > 0
+    if round2:
+        templates_named(config.sft_round2.templates)
     refuse_plugins(args.run_dir, "stage1")
     show = progress(args)
     summaries = [
@@ -48,6 +56,12 @@ def main(args: argparse.Namespace) -> int:
         run_long_context(config, show),
         run_sft(config, show),
     ]
+    if round2:
+        try:
+            summaries.append(run_sft_round2(config, show))
+        except NoOwnMistakes as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     table = Table(title=f"stage one in {config.run_dir}")
     for column in ("phase", "steps", "seconds", "held-out CE", "MTP acceptance"):
         table.add_column(column)

@@ -15,7 +15,7 @@ episode loop to drift from the first.
 * ``random``: the reference checkpoint's architecture (its ``config.json``: same preset,
   same sizes) with freshly initialised weights under a fixed seed, and its tokenizer. It is
   a real model run by the real inference engine; it almost never writes a well-formed call.
-  Without a reference checkpoint, `composer_rl.stages.quick.random_checkpoint` (the two-layer
+  Without a reference checkpoint, `composer_rl.agent.quick.random_checkpoint` (the two-layer
   tiny preset) stands in.
 """
 
@@ -32,7 +32,7 @@ import torch
 from composer_model import ComposerModel, ComposerTokenizer, GenerationResult, ModelConfig
 from composer_model import save_pretrained as save_model
 from composer_rl.agent.format import ToolCall, render_call
-from composer_rl.stages.quick import random_checkpoint
+from composer_rl.agent.quick import random_checkpoint
 
 BaselineName = Literal["do_nothing", "random"]
 BASELINES: tuple[BaselineName, ...] = get_args(BaselineName)

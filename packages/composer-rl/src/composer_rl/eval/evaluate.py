@@ -57,7 +57,7 @@ from composer_rl.eval.passk import pass_at_k
 from composer_rl.eval.side import SIDE_VERSION, InterruptingRunner, side_scores
 from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import JobPlugins, PluginSession
-from composer_rl.stages.progress import Show, StepProgress
+from composer_rl.progress import Show, StepProgress
 from composer_rl.tasks.model import Task
 
 
@@ -78,7 +78,7 @@ class EvalConfig:
     """With one, plugin requests are applied between steps and metrics.jsonl is written."""
     tasks_per_step: int = 0
     show_progress: Show = "lines"
-    """Progress of the episodes as they are graded (`composer_rl.stages.progress.Show`):
+    """Progress of the episodes as they are graded (`composer_rl.progress.Show`):
     plain lines by default, so a log file of a long scoring pass shows where it is."""
     """Tasks per step (0: enough to fill one decode batch, max_batch_size // samples)."""
     baselines: tuple[BaselineName, ...] = ()

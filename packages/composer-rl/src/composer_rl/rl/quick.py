@@ -1,6 +1,6 @@
 """RL settings sized for a random tiny policy: what `--quick` modes and tests run.
 
-The policy itself is `composer_rl.stages.quick.random_checkpoint` (a stage-one-shaped
+The policy itself is `composer_rl.agent.quick.random_checkpoint` (a stage-one-shaped
 checkpoint with random weights, in seconds), so a quick run shows that the RL pipeline runs
 and what it costs, never that anything learned.
 """
@@ -14,6 +14,6 @@ QUICK_RL_SETTINGS: dict[str, object] = {
     "rollout.max_seq_len": 512,
     "loop.drop_constant_groups": False,
 }
-"""RL settings small enough for a quick run on `composer_rl.stages.quick.random_checkpoint`."""
+"""RL settings small enough for a quick run on `composer_rl.agent.quick.random_checkpoint`."""
 
 __all__ = ["QUICK_RL_SETTINGS"]

@@ -149,6 +149,68 @@ class CopyWarmupConfig(BaseModel):
         )
 
 
+class SftRound2Config(BaseModel):
+    """A second SFT round from the SFT policy's own mistakes (issue 29; off by default).
+
+    The SFT checkpoint runs `samples` episodes at `temperature` on `tasks` training tasks
+    (never validation or held-out ones); each failed episode whose final workspace differs
+    from the original repository and fails the visible tests gives a wrong first attempt
+    (`composer_rl.agent.own_mistakes`), and a recovering demonstration opens with it. SFT
+    then continues from the checkpoint for `phase.steps` steps on round one's
+    demonstrations (`sft_tokens.pt`) with those recovering demonstrations making `share` of
+    the rows, in its own directory (`phase.name`, `sft_round2/` by default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: int = Field(
+        default=0,
+        ge=0,
+        description="training tasks the SFT policy attempts (spread over the templates); "
+        "0: no second round",
+    )
+    samples: int = Field(default=4, ge=1, description="episodes per task")
+    temperature: float = Field(default=1.0, gt=0, description="sampling temperature")
+    templates: list[str] | None = Field(
+        default=None, description="only these templates' tasks (None: every built-in one)"
+    )
+    max_attempts_per_task: int = Field(
+        default=2, ge=1, description="own attempts kept per task (distinct end states)"
+    )
+    share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="share of the training rows that are own-mistake recovering "
+        "demonstrations (repeated as needed); the rest are round one's",
+    )
+    max_turns: int = Field(default=10, ge=1, description="tool calls an episode may make")
+    max_new_tokens: int = Field(default=160, ge=8, description="tokens a turn may write")
+    max_seq_len: int = Field(default=2048, ge=64, description="an episode's context")
+    max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
+    tasks_per_chunk: int = Field(
+        default=16,
+        ge=1,
+        description="tasks whose episodes are collected (and saved, so a kill loses at "
+        "most one chunk) together",
+    )
+    source: Path | None = Field(
+        default=None, description="the SFT checkpoint to continue (None: RUN/sft/final)"
+    )
+    seed: int = Field(default=0, description="which tasks, and the episodes' sampling")
+    phase: PhaseConfig = Field(
+        default_factory=lambda: PhaseConfig(
+            name="sft_round2",
+            steps=200,
+            seq_len=2048,
+            rows_per_step=1,
+            eval_every=50,
+            checkpoint_every=50,
+            eval_rows=4,
+            optim=OptimConfig(lr=1e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
+        )
+    )
+
+
 class ParallelConfig(BaseModel):
     """Degrees of data (`dp`), context (`cp`) and expert (`ep`) parallelism of a phase.
 
@@ -268,6 +330,10 @@ class Stage1Config(BaseModel):
         description="threads that play SFT demonstrations at once (their time is spent in "
         "sandbox test runs; the demonstrations do not depend on it)",
     )
+    sft_round2: SftRound2Config = Field(
+        default_factory=SftRound2Config,
+        description="a second SFT round from the SFT policy's own mistakes (off: tasks 0)",
+    )
     threads: int | None = Field(default=None, gt=0)
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
 
@@ -280,6 +346,16 @@ class Stage1Config(BaseModel):
                 f"copy_warmup.max_tokens ({self.copy_warmup.max_tokens}) written twice does "
                 f"not fit in pretrain.seq_len ({self.pretrain.seq_len}); give at most "
                 f"{(self.pretrain.seq_len - 1) // 2}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _phase_names_differ(self) -> Stage1Config:
+        names = [self.pretrain.name, self.long_context.name, self.sft.name]
+        if self.sft_round2.phase.name in names:
+            raise ValueError(
+                f"sft_round2.phase.name {self.sft_round2.phase.name!r} is another phase's "
+                "directory; give it a name of its own (default sft_round2)"
             )
         return self
 
@@ -300,6 +376,7 @@ __all__ = [
     "OptimConfig",
     "ParallelConfig",
     "PhaseConfig",
+    "SftRound2Config",
     "Stage1Config",
     "load_stage1_config",
 ]

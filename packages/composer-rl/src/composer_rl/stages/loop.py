@@ -53,10 +53,10 @@ from composer_model import (
 )
 from composer_model.losses import IGNORE, target_ids
 from composer_parallel import Parallel
+from composer_rl.progress import Show, StepProgress
 from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.metrics import MetricsLogger, plot_losses
 from composer_rl.stages.packing import Batch, PackedRows, batch_rows, make_batch
-from composer_rl.stages.progress import Show, StepProgress
 
 CHECKPOINT_DIR = "checkpoints"
 

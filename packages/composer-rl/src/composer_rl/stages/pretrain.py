@@ -25,6 +25,7 @@ import torch
 
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
 from composer_parallel import Parallel, full_state_dict
+from composer_rl.progress import Show, phase_line
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.copying import copy_documents, repeated_rows, repeated_share
 from composer_rl.stages.data import tokenizer_and_tokens
@@ -32,7 +33,6 @@ from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, concatenate, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
-from composer_rl.stages.progress import Show, phase_line
 
 
 def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:

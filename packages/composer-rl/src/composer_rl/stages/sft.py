@@ -24,11 +24,11 @@ from composer_model import ComposerTokenizer, load_pretrained
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.agent.demonstrations import play_demonstration
 from composer_rl.agent.oracle import summary_demonstration
+from composer_rl.progress import Show, StepProgress, phase_line
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
-from composer_rl.stages.progress import Show, StepProgress, phase_line
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 from composer_rl.tasks.invented import invented_name_tasks
 from composer_rl.tasks.templates.base import is_validation

@@ -84,6 +84,7 @@ from matplotlib.figure import Figure
 
 from composer_rewards import Episode, MonitorReport, hookimpl
 from composer_rewards.rewards.unfinished import placeholders
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import format_se
 from composer_rl.plugins.requests import recent
 from composer_rl.rl.config import load_config
@@ -92,7 +93,6 @@ from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl
 from composer_rl.stages.metrics import read_metrics as read_metrics_file
-from composer_rl.stages.quick import random_checkpoint
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.rl_runs import (
     WEIGHTS_RECORD,

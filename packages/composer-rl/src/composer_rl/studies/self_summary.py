@@ -42,12 +42,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.agent.summarize import CompactionMode, SummaryConfig
 from composer_rl.eval.evaluate import EvalConfig, run_eval
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import heldout_tasks
 from composer_rl.rl.config import RolloutSection
-from composer_rl.stages.quick import random_checkpoint
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.tasks.model import Task
 
