@@ -21,7 +21,7 @@ knows in advance, runs them in the same session the same way, and fails the grad
   tests it takes for the grader's fails the second.
 
 Names are the instance's own test names with a common suffix (`test_parse_empty`), values
-and choices come from `secrets`, and the tests run after the instance's (so a control test
+and choices come from the system's random source, and the tests run after the instance's (so a control test
 that fails half way cannot disturb a real one). What this cannot stop: code that knows this
 scheme and tells the control tests apart (they are the last ones run, appended to their
 module, and the child that runs them holds their names); docs/grading.md says so.
@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import fnmatch
 import math
 import os
-import secrets
+import random
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 CANARIES_MODULE = "_composer_canaries"
@@ -48,9 +46,6 @@ CANARIES_MODULE = "_composer_canaries"
 
 MAX_MUTANTS = 2
 """Copies of the instance's tests per grading (each one runs that test once more)."""
-
-TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
-"""pytest's default `python_files` (the runner passes `-c /dev/null`: no ini changes it)."""
 
 EQUAL_ASSERTS = frozenset({"assertEqual", "assertEquals", "failUnlessEqual"})
 
@@ -72,32 +67,47 @@ MUST_FAIL = "must_fail"
 MUST_PASS = "must_pass"
 
 
-@dataclass
+# Plain classes, not dataclasses: `dataclasses` imports `inspect`, and this module is
+# loaded by the runner on every grading (under gVisor each import costs).
+
+
 class Canary:
     """One control test: its node id (without parameters), what it must do, and for a
     mutant the node id of the test it copies."""
 
-    node: str
-    kind: str
-    original: str | None = None
+    __slots__ = ("kind", "node", "original")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "kind": self.kind, "original": self.original}
+    def __init__(self, node: str, kind: str, original: str | None = None) -> None:
+        self.node, self.kind, self.original = node, kind, original
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Canary) and (self.node, self.kind, self.original) == (
+            other.node,
+            other.kind,
+            other.original,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.node, self.kind, self.original))
+
+    def __repr__(self) -> str:
+        return f"Canary({self.node!r}, {self.kind!r}, {self.original!r})"
 
 
-@dataclass
 class Plan:
     """What the grader adds to one grading: the hidden test modules' new text (path ->
     text, only those that changed), the control tests, and the node ids to add to pytest's
     arguments (so that a command naming node ids runs them too)."""
 
-    sources: dict[str, str] = field(default_factory=dict)
-    canaries: list[Canary] = field(default_factory=list)
-    args: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.sources: dict[str, str] = {}
+        self.canaries: list[Canary] = []
+        self.args: list[str] = []
 
 
 def is_test_file(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in TEST_FILE_PATTERNS)
+    """pytest's default `python_files`: `test_*.py` or `*_test.py`."""
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def matches(test_id: str, pattern: str) -> bool:
@@ -112,14 +122,13 @@ def _within(path: str, folder: str) -> bool:
 # -- what the command runs -----------------------------------------------------------------
 
 
-@dataclass
 class _Target:
     """A hidden test file the command runs, and which of its tests (None: all of them;
     else base names like `test_x` or `TestC::test_x`, each with the parameter suffixes the
     command names, an empty string meaning all its parameters)."""
 
-    path: str
-    named: dict[str, set[str]] | None = None
+    def __init__(self, path: str, named: dict[str, set[str]] | None = None) -> None:
+        self.path, self.named = path, named
 
 
 def targets(
@@ -162,14 +171,20 @@ def targets(
 # -- which tests can be copied -------------------------------------------------------------
 
 
-@dataclass
 class _Candidate:
-    path: str
-    cls: str | None
-    func: ast.FunctionDef
-    params: set[str] | None
-    statements: list[int]
-    """Indices of the body's top-level statements that can be mutated."""
+    """A test that can be copied; `statements` are the indices of its body's top-level
+    statements that can be mutated."""
+
+    def __init__(
+        self,
+        path: str,
+        cls: str | None,
+        func: ast.FunctionDef,
+        params: set[str] | None,
+        statements: list[int],
+    ) -> None:
+        self.path, self.cls, self.func = path, cls, func
+        self.params, self.statements = params, statements
 
     @property
     def base(self) -> str:
@@ -279,7 +294,7 @@ def _candidates(target: _Target, tree: ast.Module) -> list[_Candidate]:
 class _Writer:
     """The control tests of one module, as text appended to it."""
 
-    def __init__(self, tree: ast.Module, rng: secrets.SystemRandom) -> None:
+    def __init__(self, tree: ast.Module, rng: random.Random) -> None:
         self.rng = rng
         self.taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         self.taken |= {
@@ -406,11 +421,11 @@ def plan(
     tests_dir: str,
     workspace: str,
     cwd: str,
-    rng: secrets.SystemRandom | None = None,
+    rng: random.Random | None = None,
 ) -> Plan:
     """The control tests for one grading of the hidden tests `sources` (absolute path ->
     text) run with pytest `args` from `cwd`; node ids are relative to `workspace`."""
-    rng = rng or secrets.SystemRandom()
+    rng = rng or random.SystemRandom()
     found = targets(args, sources, tests_dir, cwd)
     trees: dict[str, ast.Module] = {}
     candidates: list[_Candidate] = []

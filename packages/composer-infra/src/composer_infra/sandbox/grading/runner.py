@@ -58,9 +58,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import linecache
 import os
-import shutil
 import signal
 import stat
 import sys
@@ -112,9 +110,10 @@ def _parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
         "own_pid_namespace": False,
         "child": False,
         "event_fd": None,
+        "judge": None,
     }
     valued = {"--report": "report", "--nonce-file": "nonce_file", "--workspace": "workspace"}
-    optional = {"--tests-dir": "tests_dir", "--event-fd": "event_fd"}
+    optional = {"--tests-dir": "tests_dir", "--event-fd": "event_fd", "--judge": "judge"}
     flags = {
         "--import-workspace": "import_workspace",
         "--own-pid-namespace": "own_pid_namespace",
@@ -302,6 +301,8 @@ class Recorder:
         if self.tests_dir is None or not os.path.isdir(self.tests_dir):
             return
         import importlib
+        import linecache
+        import shutil
 
         # Imported now if a test imports it lazily: its file is about to go.
         with contextlib.suppress(ImportError):
@@ -324,6 +325,8 @@ class Recorder:
 def _cache_lines(path: str, text: str) -> None:
     """`text` as the lines of `path` for tracebacks; mtime None: `linecache.checkcache`
     keeps the entry with the file gone or emptied."""
+    import linecache
+
     lines = text.splitlines(keepends=True)
     entry = (len(text), None, lines, path)
     linecache.cache[path] = entry
@@ -369,6 +372,8 @@ def _write_report(path: str, data: dict[str, Any]) -> None:
         except FileNotFoundError:
             pass
         except (IsADirectoryError, PermissionError):
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         try:
             fd = os.open(
@@ -481,20 +486,13 @@ def _load_canaries() -> Any:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
-
-
-def _die_with_parent() -> None:
-    """In the test process before exec: SIGKILL when the judge dies."""
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def judge(options: dict[str, Any], pytest_args: list[str], nonce: str) -> NoReturn:
     """Run the tests in a test process, believe only what the control tests allow."""
     import select
-    import subprocess
 
     canaries = _load_canaries()
     workspace, tests_dir = options["workspace"], options["tests_dir"]
@@ -518,25 +516,40 @@ def judge(options: dict[str, Any], pytest_args: list[str], nonce: str) -> NoRetu
             if canaries.is_test_file(name) or name == "conftest.py" or path in plan.sources:
                 with open(path, "w", encoding="utf-8"):
                     pass
-    here = os.path.abspath(__file__)
+    # posix_spawn, not subprocess: no fork of this interpreter, no import of subprocess
+    # (both cost under gVisor). Pipes are close-on-exec: the test process keeps only its
+    # stdin (the hidden modules' text) and the events pipe it is told of.
+    stdin_read, stdin_write = os.pipe()
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-I", "-B", here, "--child", "--workspace", workspace]
+    os.set_inheritable(write_fd, True)
+    argv = [sys.executable, "-I", "-B", os.path.abspath(__file__), "--child"]
+    argv += ["--workspace", workspace, "--event-fd", str(write_fd), "--judge", str(os.getpid())]
     if tests_dir is not None:
         argv += ["--tests-dir", tests_dir]
-    argv += ["--event-fd", str(write_fd), "--", *pytest_args, *plan.args]
-    payload = json.dumps({"sources": sources, "canaries": [c.node for c in plan.canaries]}).encode()
+    argv += ["--", *pytest_args, *plan.args]
+    payload = json.dumps({"sources": sources, "canaries": [c.node for c in plan.canaries]})
     try:
-        child = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, pass_fds=(write_fd,), preexec_fn=_die_with_parent
+        pid = os.posix_spawn(
+            sys.executable, argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, stdin_read, 0)]
         )
     finally:
+        os.close(stdin_read)
         os.close(write_fd)
-    assert child.stdin is not None
     try:
-        child.stdin.write(payload)
-        child.stdin.close()
+        with os.fdopen(stdin_write, "wb") as stdin:
+            stdin.write(payload.encode())
     except OSError:
         pass  # it died first: its exit tells
+    code: int | None = None
+
+    def poll() -> int | None:
+        nonlocal code
+        if code is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+        return code
+
     outcomes = Outcomes()
     buffer, total, malformed = b"", 0, False
 
@@ -552,7 +565,7 @@ def judge(options: dict[str, Any], pytest_args: list[str], nonce: str) -> NoRetu
 
     os.set_blocking(read_fd, False)
     while True:
-        exited = child.poll() is not None
+        exited = poll() is not None
         # Once it exited, only what is in the pipe already: a descendant may hold it open.
         ready, _, _ = select.select([read_fd], [], [], 0 if exited else 0.05)
         if not ready:
@@ -564,15 +577,17 @@ def judge(options: dict[str, Any], pytest_args: list[str], nonce: str) -> NoRetu
         except BlockingIOError:
             continue
         if not chunk:
-            break  # every writer is gone (`child.wait` below waits for its exit)
+            break  # every writer is gone (its exit is awaited below)
         total += len(chunk)
         if total > EVENT_LIMIT_BYTES:
-            child.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             problems.append(f"the test process sent more than {EVENT_LIMIT_BYTES} bytes of events")
             break
         buffer = lines(buffer + chunk)
     os.close(read_fd)
-    code = child.wait()
+    if code is None:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if malformed:
         problems.append("the test process sent events the runner does not send")
     if outcomes.finished is None:
@@ -695,6 +710,11 @@ def _serve_from_memory(sources: dict[str, str]) -> None:
 def run_child(options: dict[str, Any], pytest_args: list[str]) -> NoReturn:
     """The test process: pytest on the hidden tests with the workspace importable; each
     report goes to the judge as it comes. It holds no secret."""
+    # SIGKILL when the judge dies (set here, not before exec: the judge spawns without a
+    # fork of itself); a judge already gone is no judge.
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if str(os.getppid()) != options["judge"]:
+        os._exit(EXIT_BAD_CHILD_INPUT)
     try:
         payload = json.loads(sys.stdin.buffer.read())
         sources: dict[str, str] = payload["sources"]
