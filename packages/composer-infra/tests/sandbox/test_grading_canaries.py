@@ -203,6 +203,8 @@ HIDDEN = {
         "@pytest.fixture\ndef unit():\n    return Point(1, 1)\n"
     ),
     "_grading/tests/helpers.py": "def expected_area(w, h):\n    return w * h\n",
+    # Imported inside a test, once the hidden tests' folder is gone: served from memory.
+    "_grading/tests/late_helpers.py": "TRIPLE = 3\n",
     "_grading/tests/test_shapes.py": (
         "import unittest\n\nimport pytest\nfrom helpers import expected_area\n"
         "from pkg.shapes import Point, area, name, parse, scale\n\n\n"
@@ -217,8 +219,9 @@ HIDDEN = {
         "class TestParse(unittest.TestCase):\n"
         "    def test_parse(self):\n        with self.assertRaises(ValueError):\n"
         "            parse('x')\n        self.assertEqual(parse('1,2'), [1, 2])\n\n\n"
-        "def test_scale():\n    assert scale(0.1) == pytest.approx(0.3)\n"
-        "    assert scale(2) == 6\n"
+        "def test_scale():\n    from late_helpers import TRIPLE\n\n"
+        "    assert scale(0.1) == pytest.approx(0.3)\n"
+        "    assert scale(2) == 2 * TRIPLE\n"
     ),
 }
 IDS = [

@@ -8,6 +8,9 @@ closed: no report, a report without this grading's nonce or that does not parse,
 the task expects that is not in it, a skip the task did not declare, an exit status that
 disagrees with the outcomes, or a kill for time or output is a failed `TestReport` whose
 `failure_reason` says which, never a pass and never an exception that drops the episode.
+A report whose runner lists `problems` (hidden tests that import the workspace: a control
+test that ran otherwise than it must, a test process that did not finish) is refused
+outright: no outcome of that test process counts.
 """
 
 from __future__ import annotations
