@@ -24,15 +24,24 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def make_instance(root: Path, test_patch_files: dict[str, str] | None = None) -> dict[str, object]:
-    """The repository under `root/repos/acme__calc` and its instance (the reference fix
-    makes `add` add; `test_patch` adds `tests/test_add.py` and `test_patch_files`)."""
-    repo = root / "repos" / "acme__calc"
-    repo.mkdir(parents=True)
+def make_instance(
+    root: Path,
+    test_patch_files: dict[str, str] | None = None,
+    *,
+    name: str = "calc",
+    base_tests: dict[str, str] | None = None,
+) -> dict[str, object]:
+    """The repository under `root/repos/acme__<name>` and its instance (the reference fix
+    makes `add` add; `test_patch` adds `tests/test_add.py` and `test_patch_files`; the base
+    commit holds `base_tests`, by default `tests/test_basic.py`, whose `test_sub` is the
+    instance's PASS_TO_PASS)."""
+    base_tests = base_tests or {"tests/test_basic.py": BASIC_TEST}
+    repo = root / "repos" / f"acme__{name}"
+    (repo / "tests").mkdir(parents=True)
     git(repo, "init", "-q")
     (repo / "calc.py").write_text(CALC)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_basic.py").write_text(BASIC_TEST)
+    for rel, text in base_tests.items():
+        (repo / rel).write_text(text)
     (repo / "logo.bin").write_bytes(b"\x89PNG\x00\xff")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
@@ -51,14 +60,14 @@ def make_instance(root: Path, test_patch_files: dict[str, str] | None = None) ->
     for rel in added:
         (repo / rel).unlink()
     return {
-        "instance_id": "acme__calc-1",
-        "repo": "acme/calc",
+        "instance_id": f"acme__{name}-1",
+        "repo": f"acme/{name}",
         "base_commit": base,
         "problem_statement": "add() subtracts.",
         "patch": patch,
         "test_patch": test_patch,
         "FAIL_TO_PASS": json.dumps(["tests/test_add.py::test_add"]),
-        "PASS_TO_PASS": ["tests/test_basic.py::test_sub"],
+        "PASS_TO_PASS": [f"{rel}::test_sub" for rel in base_tests],
     }
 
 

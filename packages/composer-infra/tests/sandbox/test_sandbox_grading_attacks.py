@@ -352,7 +352,7 @@ def test_attack_is_graded_failed(
     sandbox = make_sandbox(backend, task_for(form))
     written = sandbox.call("write_file", {"path": "calc.py", "content": attack_module(name)})
     assert written.ok, written
-    report = grade(sandbox, form, timeout=30)
+    report = grade(sandbox, form, timeout=60)
     assert_failed(report)
     reason = report.failure_reason or ""
     if form == "probe":
@@ -417,12 +417,12 @@ def test_in_process_collection_neither_reads_nor_rewrites_the_hidden_tests(
     runner sent it, and their files are empty by then."""
     sandbox = make_sandbox(backend, task_for("in-process"))
     assert sandbox.call("write_file", {"path": "calc.py", "content": AT_COLLECTION}).ok
-    report = sandbox.run_tests(timeout=30, hidden_tests=COLLECTION_HIDDEN)
+    report = sandbox.run_tests(timeout=60, hidden_tests=COLLECTION_HIDDEN)
     assert_failed(report)
     assert report.source == "grader" and report.failure_reason is None, report
     assert report.outcomes == {ADD_ID: "failed", MUL_ID: "passed"}, report
     assert sandbox.call("write_file", {"path": "calc.py", "content": CALC_FIXED}).ok
-    fixed = sandbox.run_tests(timeout=30, hidden_tests=COLLECTION_HIDDEN)
+    fixed = sandbox.run_tests(timeout=60, hidden_tests=COLLECTION_HIDDEN)
     assert fixed.all_passed, fixed
 
 
