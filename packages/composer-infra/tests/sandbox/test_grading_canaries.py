@@ -128,6 +128,15 @@ def test_a_copy_changes_the_expected_side(monkeypatch: pytest.MonkeyPatch) -> No
     )
 
 
+def test_a_command_naming_no_path_collects_the_control_tests_with_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`python -m pytest -q` collects from the working directory; naming the control tests
+    would make pytest collect them alone, so they are collected with the rest."""
+    plan = _plan(["-q", "-p", "no:cacheprovider"], monkeypatch)
+    assert len(plan.canaries) == 4 and plan.args == []
+
+
 def test_nothing_to_copy_still_plants_the_plain_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan([f"{FILE}::test_nested_only"], monkeypatch)
     assert [c.kind for c in plan.canaries] == [MUST_PASS, MUST_FAIL]

@@ -131,6 +131,17 @@ class _Target:
         self.path, self.named = path, named
 
 
+def names_paths(args: Sequence[str], sources: Mapping[str, str], cwd: str) -> bool:
+    """Whether the pytest arguments name a file, folder or node id (else pytest collects
+    from the working directory, and naming a control test would collect it alone)."""
+    for arg in args:
+        if not arg.startswith("-"):
+            path = os.path.normpath(os.path.join(cwd, arg.partition("::")[0]))
+            if os.path.exists(path) or path in sources:
+                return True
+    return False
+
+
 def targets(
     args: Sequence[str], sources: Mapping[str, str], tests_dir: str, cwd: str
 ) -> list[_Target]:
@@ -469,6 +480,8 @@ def plan(
         canary = Canary(node(path, name), MUST_PASS if must_pass else MUST_FAIL)
         result.canaries.insert(0, canary) if must_pass else result.canaries.append(canary)
         result.args.append(canary.node)
+    if not names_paths(args, sources, cwd):
+        result.args = []  # collected with everything else from the working directory
     for path, w in writers.items():
         text = sources[path]
         if not text.endswith("\n"):
