@@ -20,7 +20,6 @@ batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollo
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,7 +36,12 @@ from composer_rl.agent.format import (
     parse_output,
     render_prompt,
 )
-from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
+from composer_rl.agent.sandboxes import (
+    grade_sandbox,
+    open_sandbox,
+    unified_diff,
+    workspace_files,
+)
 from composer_rl.agent.summarize import (
     SUMMARY_REQUEST,
     SummaryConfig,
@@ -161,21 +165,6 @@ class _Live:
     turns: int = 0
     summarizing: bool = False
     turn_starts: list[int] = field(default_factory=list)  # where each turn begins in `ids`
-
-
-def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
-    chunks: list[str] = []
-    for path in sorted(set(before) | set(after)):
-        old, new = before.get(path), after.get(path)
-        if old == new:
-            continue
-        chunks += difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            (new or "").splitlines(keepends=True),
-            fromfile=f"a/{path}" if old is not None else "/dev/null",
-            tofile=f"b/{path}" if new is not None else "/dev/null",
-        )
-    return "".join(chunks)
 
 
 class EpisodeRunner:
