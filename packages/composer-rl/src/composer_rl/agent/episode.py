@@ -29,6 +29,7 @@ from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
 from composer_rewards import ToolCall as EpisodeToolCall
+from composer_rewards.episode import COMPACTIONS_KEY
 from composer_rl.agent.format import (
     END_OF_TURN,
     TOOL_CALL_END,
@@ -84,6 +85,9 @@ class EpisodeResult:
     # What each compaction carried into the condensed context beyond the task: the summary,
     # or the kept turns of a truncation (decoded), in order.
     compactions: list[str] = field(default_factory=list)
+    # The turn after which each compaction happened: calls of later turns no longer see the
+    # tool results before it (the `redundant_reads` reward forgets those reads).
+    compacted_after_turns: list[int] = field(default_factory=list)
 
     @property
     def records(self) -> list[TokenRecord]:
@@ -372,6 +376,7 @@ class EpisodeRunner:
         result.transcript.segments.append(Segment("summary", text))
         result.summaries.append(summary_text(text))
         result.compactions.append(result.summaries[-1])
+        result.compacted_after_turns.append(state.turns)
         result.segments.append(result.record)
         result.record = TokenRecord()
         prompt = condensed_prompt(
@@ -397,6 +402,7 @@ class EpisodeRunner:
         result.segments.append(result.record)
         result.record = TokenRecord()
         result.compactions.append(self.tokenizer.decode(kept))
+        result.compacted_after_turns.append(state.turns)
         result.transcript.segments.append(Segment("prompt", prompt + result.compactions[-1]))
         state.ids = head + kept
         result.record.add_context(state.ids)
@@ -501,5 +507,6 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             "task_id": result.task.id,
             "stop_reason": result.stop_reason,
             "grading_failure": report.failure_reason if report is not None else None,
+            COMPACTIONS_KEY: list(result.compacted_after_turns),
         },
     )
