@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
-    from composer_rl.rl.run import preflight, run_rl, runner_config
+    from composer_rl.rl.run import preflight, run_rl
     from composer_rl.stages.progress import Show, StepProgress, phase_line
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
         tasks = heldout_tasks(config.eval.per_template, seed=0)
         k = config.eval.pass_k_samples if config.eval.pass_k_samples > 1 else 0
         k_tasks = heldout_tasks(min(config.eval.k_per_template, config.eval.per_template), seed=0)
-        runner = runner_config(config)
+        runner = config.rollout
         console.print(
             f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
             + (f" and {len(k_tasks)} of them {k} times at temperature 1" if k else "")

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from composer_rl.cli._stage_args import (
-    add_common,
-    add_copy_warmup,
-    add_demonstrations,
-    add_phase,
+    STAGE1_SECTIONS,
+    add_stage_flags,
     preflight,
     progress,
     refuse_plugins,
@@ -25,13 +22,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "stage1",
         help="pretrain + long context + SFT with the defaults (reuses finished phases)",
+        description=(
+            "Runs the three stage-one phases in order, each resumable and reused once "
+            "finished. Every setting is a flag (--section.field) or a key of a TOML file "
+            "given with --config (the file `composer-rl pretrain` and `sft` read too); flags "
+            "win over the file, the file over the defaults."
+        ),
     )
-    add_common(parser)
-    parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
-    add_copy_warmup(parser)
-    for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
-        add_phase(parser, phase, f"{label} phase")
-    add_demonstrations(parser)
+    add_stage_flags(parser, (*STAGE1_SECTIONS, "pretrain", "long_context", "sft"))
     parser.set_defaults(handler=main)
 
 
@@ -41,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
 
     config = stage1_config(args)
     preflight(config, "stage1")
-    refuse_plugins(args.run_dir, "stage1")
+    refuse_plugins(config.run_dir, "stage1")
     show = progress(args)
     summaries = [
         run_pretrain(config, show),
