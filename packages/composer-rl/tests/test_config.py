@@ -151,11 +151,14 @@ def test_defaults_then_the_file_then_the_flags_given(tmp_path: Path, command: st
     assert flagged.run_dir == tmp_path / "from-flag" and flagged.threads == 3
 
 
+@pytest.mark.parametrize(
+    ("name", "text"), [("x.toml", 'run_dir = "runs/foo"\n'), ("x.json", '{"run_dir": "runs/foo"}')]
+)
 def test_stage1_runs_and_marks_the_run_directory_of_its_config_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str
 ) -> None:
-    """`composer-rl stage1 --config x.toml` with `run_dir = "runs/foo"` runs in runs/foo (it
-    ran in runs/stage1, and marked runs/stage1 as taking no plugin requests)."""
+    """`composer-rl stage1 --config x.json` (or x.toml) with run_dir "runs/foo" runs in
+    runs/foo (it ran in runs/stage1, and marked runs/stage1 as taking no plugin requests)."""
     import composer_rl.stages.pretrain as pretrain
     import composer_rl.stages.sft as sft
     from composer_rl.plugins import read_state
@@ -173,8 +176,8 @@ def test_stage1_runs_and_marks_the_run_directory_of_its_config_file(
     monkeypatch.setattr(pretrain, "run_pretrain", phase("pretrain"))
     monkeypatch.setattr(pretrain, "run_long_context", phase("long_context"))
     monkeypatch.setattr(sft, "run_sft", phase("sft"))
-    (tmp_path / "x.toml").write_text('run_dir = "runs/foo"\n')
-    assert main(["stage1", "--config", "x.toml", "--no-progress"]) == 0
+    (tmp_path / name).write_text(text)
+    assert main(["stage1", "--config", name, "--no-progress"]) == 0
     assert seen == [Path("runs/foo")] * 3
     state = read_state(tmp_path / "runs" / "foo")
     assert state is not None and state.refusal and state.command == "stage1"
