@@ -44,8 +44,7 @@ def tiny_config(run_dir: Path, corpus: Path) -> dict[str, object]:
         },
         "pretrain": {**phase, "name": "pretrain", "steps": 8, "mtp_join_step": 4},
         "long_context": {**phase, "name": "long_context", "steps": 2, "seq_len": 64},
-        "sft": {**phase, "name": "sft", "steps": 2, "seq_len": 384},
-        "sft_max_tasks": 13,
+        "sft": {**phase, "name": "sft", "steps": 2, "seq_len": 384, "max_tasks": 13},
     }
 
 

@@ -433,8 +433,10 @@ def _tolerance(share: float, n: int) -> float:
     [{}, {"careful": 0.1, "recovering": 0.5, "careless": 0.1, "seed": 7}, {"reread": 0.0}],
 )
 def test_the_counts_follow_the_configured_shares(overrides: dict[str, float]) -> None:
-    config = load_stage1_config(None, **{f"demonstrations.{k}": v for k, v in overrides.items()})
-    mix = config.demonstrations
+    config = load_stage1_config(
+        None, **{f"sft.demonstrations.{k}": v for k, v in overrides.items()}
+    )
+    mix = config.sft.demonstrations
     counts = Counter(mix.behaviour_of(task_id) for task_id in SHARE_IDS)
     for behaviour, share in mix.shares().items():
         observed = counts[behaviour] / len(SHARE_IDS)
@@ -462,7 +464,7 @@ def test_shares_are_normalised_and_validated() -> None:
     )
     assert mix.shares()[Behaviour.CAREFUL] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match=r"demonstrations\.recovering = -0\.1: a share must"):
-        load_stage1_config(None, **{"demonstrations.recovering": -0.1})
+        load_stage1_config(None, **{"sft.demonstrations.recovering": -0.1})
     with pytest.raises(ValueError, match="every share is 0"):
         DemonstrationMix.model_validate({b.value: 0 for b in Behaviour})
     with pytest.raises(ValueError, match="careless_wrong"):
@@ -476,10 +478,10 @@ def test_the_stage_one_cli_flags_reach_the_mix() -> None:
     from composer_rl.cli._stage_args import stage1_config
 
     for command in ("sft", "stage1"):
-        args = build_parser().parse_args(
-            [command, "--demo-careful", "1", "--demo-recovering", "0", "--demo-seed", "3"]
-        )
-        mix = stage1_config(args).demonstrations
+        flags = ["--sft.demonstrations.careful", "1", "--sft.demonstrations.recovering", "0"]
+        # --demo-seed: the short spelling of sft.demonstrations.seed
+        args = build_parser().parse_args([command, *flags, "--demo-seed", "3"])
+        mix = stage1_config(args).sft.demonstrations
         assert (mix.careful, mix.recovering, mix.seed) == (1.0, 0.0, 3)
 
 

@@ -154,13 +154,13 @@ def test_the_rl_config_finds_the_demonstrations_of_the_policys_stage_one_run(
         anchor_source(on)
     (tmp_path / "stage1" / "sft_tokens.pt").write_bytes(b"")
     path, eos = anchor_source(on)
-    assert path == str(tmp_path / "stage1" / "sft_tokens.pt") and eos == tokenizer.eos_id
+    assert path == tmp_path / "stage1" / "sft_tokens.pt" and eos == tokenizer.eos_id
     elsewhere = tmp_path / "other.pt"
     elsewhere.write_bytes(b"")
     chosen = load_config(
         None, {"model": str(final), "loss.anchor_weight": 0.1, "train.anchor_data": str(elsewhere)}
     )
-    assert anchor_source(chosen)[0] == str(elsewhere)
+    assert anchor_source(chosen)[0] == elsewhere
     parallel = load_config(None, {"model": str(final), "loss.anchor_weight": 0.1, "train.dp": 2})
-    with pytest.raises(ValueError, match=r"train\.dp x train\.cp is 2"):
+    with pytest.raises(ValueError, match=r"train\.parallel\.dp x cp is 2"):
         anchor_source(parallel)

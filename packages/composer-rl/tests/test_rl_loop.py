@@ -31,7 +31,7 @@ def _config(tmp_path: Path, **loop: object):  # type: ignore[no-untyped-def]
         "loop.max_groups_in_flight": 2,
         "loop.drop_constant_groups": False,
         "train.checkpoint_every": 1,
-        "train.lr": 1e-3,
+        "train.optim.lr": 1e-3,
         **{f"loop.{k}": v for k, v in loop.items()},
     }
     return load_config(None, overrides)
@@ -119,11 +119,11 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 
 def test_publish_dtype_reaches_the_trainer() -> None:
-    from composer_rl.rl.run import training_config
+    from composer_rl.rl.run import trainer_config
 
-    assert training_config(load_config(None, {})).publish_dtype is None
+    assert trainer_config(load_config(None, {})).publish_dtype is None
     config = load_config(None, {"train.publish_dtype": "bfloat16"})
-    assert training_config(config).publish_dtype == "bfloat16"
+    assert trainer_config(config).publish_dtype == "bfloat16"
 
 
 def test_the_written_config_reads_back_to_the_same_config(tmp_path: Path) -> None:

@@ -199,13 +199,19 @@ def sft_run(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--tasks", "0"], "--tasks 0: give how many training tasks"),
-        ([], "--tasks 0"),
-        (["--tasks", "3", "--share", "1.5"], "sft_round2.share"),
-        (["--tasks", "3", "--samples", "0"], "sft_round2.samples"),
-        (["--tasks", "3", "--steps", "3"], "warmup_steps (5) must be below steps (3)"),
-        (["--tasks", "3", "--templates", "no_such"], "no template no_such"),
-        (["--tasks", "3", "--source", "{missing}"], "is not an SFT checkpoint"),
+        (["--sft-round2.tasks", "0"], "sft_round2.tasks 0: give how many training tasks"),
+        ([], "sft_round2.tasks 0"),
+        (["--sft-round2.tasks", "3", "--sft-round2.share", "1.5"], "sft_round2.share"),
+        (["--sft-round2.tasks", "3", "--sft-round2.samples", "0"], "sft_round2.samples"),
+        (
+            ["--sft-round2.tasks", "3", "--sft-round2.phase.steps", "3"],
+            "warmup_steps (5) must be below steps (3)",
+        ),
+        (["--sft-round2.tasks", "3", "--sft-round2.templates", "no_such"], "no template no_such"),
+        (
+            ["--sft-round2.tasks", "3", "--sft-round2.source", "{missing}"],
+            "is not an SFT checkpoint",
+        ),
     ],
     ids=["no-tasks", "tasks-missing", "share", "samples", "steps", "template", "source"],
 )
@@ -223,10 +229,10 @@ def test_a_run_without_sft_or_its_demonstrations_names_what_to_run(
     sft_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = tmp_path / "empty"
-    assert main(["sft-round2", "--run-dir", str(empty), "--tasks", "3"]) == 2
+    assert main(["sft-round2", "--run-dir", str(empty), "--sft-round2.tasks", "3"]) == 2
     assert "composer-rl sft --run-dir" in _one_line_error(capsys) and not empty.exists()
     (sft_run / "sft_tokens.pt").unlink()
-    assert main(["sft-round2", "--run-dir", str(sft_run), "--tasks", "3"]) == 2
+    assert main(["sft-round2", "--run-dir", str(sft_run), "--sft-round2.tasks", "3"]) == 2
     assert "sft_tokens.pt does not exist" in _one_line_error(capsys)
 
 
@@ -235,7 +241,7 @@ def test_a_checkpoint_of_another_tokenizer_is_refused(
 ) -> None:
     other = train_tokenizer(["class A:\n    pass\n"] * 4, vocab_size=300)
     other.save(sft_run / "sft" / "final" / "tokenizer.json")
-    assert main(["sft-round2", "--run-dir", str(sft_run), "--tasks", "3"]) == 2
+    assert main(["sft-round2", "--run-dir", str(sft_run), "--sft-round2.tasks", "3"]) == 2
     assert "differs from" in _one_line_error(capsys)
 
 
@@ -257,7 +263,16 @@ def test_a_policy_that_leaves_no_attempt_stops_with_one_line_after_saying_why(
     save_torch(
         {"train": ([[1, 2]], [[True, True]]), "heldout": ([[1]], [[True]])}, run / "sft_tokens.pt"
     )
-    argv = ["--tasks", "1", "--samples", "1", "--max-turns", "1", "--templates", TEMPLATE]
+    argv = [
+        "--sft-round2.tasks",
+        "1",
+        "--sft-round2.samples",
+        "1",
+        "--sft-round2.max-turns",
+        "1",
+        "--sft-round2.templates",
+        TEMPLATE,
+    ]
     assert main(["sft-round2", "--run-dir", str(run), "--no-progress", *argv]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
     assert last.startswith("error: ") and "left no attempt to correct" in last

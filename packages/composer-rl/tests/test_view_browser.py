@@ -83,7 +83,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "loop.drop_constant_groups": False,
         "loop.steps": 3,
         "train.checkpoint_every": 1,
-        "train.lr": 1e-3,
+        "train.optim.lr": 1e-3,
         "eval.every": 2,
         "eval.during_per_template": 1,
     }

@@ -40,6 +40,9 @@ from composer_model.model import ComposerModel, ModelOutput, positions_from_cu_s
 class OptimConfig(BaseModel):
     """AdamW with weight decay on matrices only, linear warm-up, then cosine decay.
 
+    The defaults are pretraining's; a caller that trains otherwise (another phase, RL)
+    holds an instance of its own with its own defaults.
+
     The learning rate rises linearly over `warmup_steps` to `lr`, then follows a cosine
     down to `min_lr_ratio * lr` at the run's last step (`lr_at`); a run with no known
     length stays at `lr` after the warm-up.
@@ -47,11 +50,13 @@ class OptimConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    lr: float = Field(default=3e-3, gt=0)
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    warmup_steps: int = Field(default=10, ge=0)
-    weight_decay: float = Field(default=0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    lr: float = Field(default=3e-3, gt=0, description="peak learning rate")
+    min_lr_ratio: float = Field(
+        default=0.1, ge=0, le=1, description="the cosine's floor, as a share of lr (1: constant)"
+    )
+    warmup_steps: int = Field(default=10, ge=0, description="steps of linear warm-up to lr")
+    weight_decay: float = Field(default=0.1, ge=0, description="AdamW's, on matrices only")
+    betas: tuple[float, float] = Field(default=(0.9, 0.95), description="Adam's betas")
     grad_clip: float | None = Field(
         default=1.0, gt=0, description="max global grad norm; None: no clipping"
     )

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
@@ -145,19 +147,36 @@ class TokenRecord:
         return len(self.routing)
 
 
-@dataclass
-class RunnerConfig:
-    max_turns: int = 8
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    backend: str | None = None
-    grading_workers: int = 4
-    record_routing: bool = False
-    summary: SummaryConfig | None = None  # self-summarization; None: an episode ends at its context
-    # Keep each episode's inference cache between its turns (an engine session per episode).
-    reuse_cache: bool = True
+class RunnerConfig(BaseModel):
+    """How the episode runner plays episodes. The defaults are evaluation's (greedy, no
+    summaries); RL's rollouts are a section of their own with theirs
+    (`composer_rl.rl.config.RolloutConfig`: temperature 1, router replay's routing, self
+    summaries)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int = Field(default=8, ge=1, description="model turns before an episode is cut")
+    max_new_tokens: int = Field(default=256, ge=1, description="tokens one turn may generate")
+    temperature: float = Field(default=0.0, ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling's mass")
+    seed: int = Field(default=0, description="seed of the sampling (per episode and turn)")
+    backend: str | None = Field(default=None, description="sandbox backend (none: bwrap)")
+    grading_workers: int = Field(
+        default=4, ge=1, description="sandboxes graded at once, beside the decoding"
+    )
+    record_routing: bool = Field(
+        default=False, description="record each token's experts (router replay needs them)"
+    )
+    summary: SummaryConfig | None = Field(
+        default=None,
+        description="self-summarization (`composer_rl.agent.summarize`); none: an episode "
+        "ends when its context is full",
+    )
+    reuse_cache: bool = Field(
+        default=True,
+        description="keep each episode's inference cache between its turns (an engine "
+        "session per episode)",
+    )
 
 
 @dataclass
@@ -357,6 +376,7 @@ class EpisodeRunner:
         summary = self.config.summary
         if should_summarize(len(state.ids), self.config.max_new_tokens, done, summary):
             if summary is not None and summary.mode == "truncate":
+                assert summary.context_budget is not None  # should_summarize checked it
                 self._truncate(state, summary.context_budget)
                 self._submit(state)
                 return

@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
-    from composer_rl.rl.run import plugin_config, preflight, run_rl, runner_config
+    from composer_rl.rl.run import preflight, run_rl
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
         setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())
@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     console = Console()
     # The job's one plugin manager: the loop and the final comparison score with it, and
     # look task sources, weight stores and sandbox backends up in it.
-    plugins = JobPlugins(plugin_config(config))
+    plugins = JobPlugins(config.plugin_run_config())
     show: Show = "lines" if args.no_progress else True
     phase_line("rl", f"starting the services ({'in this process' if config.local else 'Ray'})")
     with StepProgress("rl", config.loop.steps, show=show) as progress:
@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
         k_tasks = heldout_tasks(
             min(config.eval.k_per_template, config.eval.per_template), seed=0, plugins=plugins
         )
-        runner = runner_config(config)
+        runner = config.rollout
         console.print(
             f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
             + (f" and {len(k_tasks)} of them {k} times at temperature 1" if k else "")

@@ -9,8 +9,7 @@ import sys
 from rich.console import Console
 
 from composer_rl.cli._stage_args import (
-    add_common,
-    add_round2,
+    add_stage_flags,
     preflight,
     progress,
     refuse_plugins,
@@ -24,9 +23,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sft-round2",
         help="continue SFT with recovering demonstrations from the SFT policy's own failed "
         "attempts on training tasks (after sft)",
+        description=(
+            "Recovering demonstrations from the SFT policy's own failed attempts on training "
+            "tasks, mixed into round one's, from the SFT phase's model in the same run "
+            "directory. Settings: flags (--section.field, e.g. --sft-round2.tasks 200) over a "
+            "TOML file (--config, the one stage1, pretrain and sft read; its [sft_round2] "
+            "table) over the defaults."
+        ),
     )
-    add_common(parser)
-    add_round2(parser)
+    add_stage_flags(parser, ("run_dir", "preset", "threads", "sft_round2"))
     parser.set_defaults(handler=main)
 
 
@@ -40,11 +45,11 @@ def main(args: argparse.Namespace) -> int:
     if read_result(config.run_dir / settings.phase.name) is None:
         if settings.tasks < 1:
             raise ConfigError(
-                f"--tasks {settings.tasks}: give how many training tasks the SFT policy "
-                "attempts (at least 1), e.g. --tasks 200"
+                f"sft_round2.tasks {settings.tasks}: give how many training tasks the SFT "
+                "policy attempts (at least 1), e.g. --sft-round2.tasks 200"
             )
         check_round2_inputs(config)
-    refuse_plugins(args.run_dir, "sft-round2")
+    refuse_plugins(config.run_dir, "sft-round2")
     try:
         summary = run_sft_round2(config, show_progress=progress(args))
     except NoOwnMistakes as error:

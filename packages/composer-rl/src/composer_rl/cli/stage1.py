@@ -1,22 +1,18 @@
 """``composer-rl stage1``: the whole default stage one (pretrain, long context, SFT, and the
-opt-in second SFT round, `--round2-tasks N`)."""
+opt-in second SFT round, `--sft-round2.tasks N`, also `--round2-tasks N`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from composer_rl.cli._stage_args import (
-    add_common,
-    add_copy_warmup,
-    add_demonstrations,
-    add_phase,
-    add_round2,
+    STAGE1_SECTIONS,
+    add_stage_flags,
     preflight,
     progress,
     refuse_plugins,
@@ -28,14 +24,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "stage1",
         help="pretrain + long context + SFT with the defaults (reuses finished phases)",
+        description=(
+            "Runs the three stage-one phases in order (and the second SFT round when "
+            "sft_round2.tasks is above 0), each resumable and reused once finished. Every "
+            "setting is a flag (--section.field) or a key of a TOML file given with --config "
+            "(the file `composer-rl pretrain`, `sft` and `sft-round2` read too); flags "
+            "win over the file, the file over the defaults."
+        ),
     )
-    add_common(parser)
-    parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
-    add_copy_warmup(parser)
-    for phase, label in (("pretrain", "base"), ("long_context", "long context"), ("sft", "SFT")):
-        add_phase(parser, phase, f"{label} phase")
-    add_demonstrations(parser)
-    add_round2(parser, prefix="round2-")
+    add_stage_flags(parser, (*STAGE1_SECTIONS, "pretrain", "long_context", "sft", "sft_round2"))
     parser.set_defaults(handler=main)
 
 
@@ -49,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     round2 = config.sft_round2.tasks > 0
     if round2:
         templates_named(config.sft_round2.templates)
-    refuse_plugins(args.run_dir, "stage1")
+    refuse_plugins(config.run_dir, "stage1")
     show = progress(args)
     summaries = [
         run_pretrain(config, show),

@@ -92,13 +92,13 @@ def score_policy(
     All episodes of a pass go to the engine at once (`tasks_per_step` = all), so continuous
     batching keeps `batch` episodes decoding instead of waiting for each chunk's slowest.
     """
-    greedy = RunnerConfig(**{**vars(runner), "temperature": 0.0})
+    greedy = runner.model_copy(update={"temperature": 0.0})
     config = EvalConfig(
         samples=1,
         runner=greedy,
         max_batch_size=batch,
         tasks_per_step=max(1, len(tasks)),
-        plugins=plugins,
+        job=plugins,
     )
     summary, results = run_eval(checkpoint, tasks, config, threads)
     episodes = list(results)
@@ -117,14 +117,14 @@ def score_policy(
         scores.by_difficulty[difficulty] = (mean, se, len(values))
     if samples_for_k > 1:
         sampled_tasks = tasks if k_tasks is None else k_tasks
-        sampled = RunnerConfig(**{**vars(runner), "temperature": 1.0})
+        sampled = runner.model_copy(update={"temperature": 1.0})
         config = EvalConfig(
             samples=samples_for_k,
             k_values=(samples_for_k,),
             runner=sampled,
             max_batch_size=batch,
             tasks_per_step=max(1, len(sampled_tasks)),
-            plugins=plugins,
+            job=plugins,
         )
         _, sampled_results = run_eval(checkpoint, sampled_tasks, config, threads)
         scores.per_task_passk = _per_task(sampled_results, samples_for_k)

@@ -36,7 +36,7 @@ from composer_rl.plugins.requests import (
     submit,
 )
 from composer_rl.plugins.session import PluginSession, refuse_plugin_requests
-from composer_rl.plugins.settings import PluginSettings
+from composer_rl.plugins.settings import PluginSections, PluginSettings
 
 __all__ = [
     "HOOKSPEC_MODULES",
@@ -45,6 +45,7 @@ __all__ = [
     "PluginEvent",
     "PluginRegistry",
     "PluginRequest",
+    "PluginSections",
     "PluginSession",
     "PluginSettings",
     "add_builtin_infra",

@@ -40,7 +40,9 @@ class RLLossConfig(BaseModel):
         default=2.0, gt=0, description="truncated importance-weight cap C; None turns it off"
     )
     kl_coef: float = Field(default=0.0, ge=0, description="beta of the KL penalty in the reward")
-    kl_estimator: KLEstimator = "k1"
+    kl_estimator: KLEstimator = Field(
+        default="k1", description="the KL estimator of the penalty (k1 or k3)"
+    )
     kl_metrics: bool = Field(
         default=True, description="run the reference forward for k1/k3 metrics even at beta 0"
     )
@@ -50,7 +52,9 @@ class RLLossConfig(BaseModel):
         description="loss = sum over tokens / (sequences x this constant); no per-sequence "
         "length normalisation",
     )
-    router_replay: bool = True
+    router_replay: bool = Field(
+        default=True, description="replay the experts the rollouts routed to in training"
+    )
     replay_guard: float | None = Field(
         default=0.1,
         gt=0,

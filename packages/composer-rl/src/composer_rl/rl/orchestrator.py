@@ -106,7 +106,10 @@ class OrchestratorConfig(BaseModel):
     max_off_policy_steps: int = Field(
         default=3, ge=0, description="drop a group whose oldest token is more versions behind"
     )
-    stale_policy: Literal["drop", "regenerate"] = "drop"
+    stale_policy: Literal["drop", "regenerate"] = Field(
+        default="drop",
+        description="a group past max_off_policy_steps: drop it, or generate its task again",
+    )
     drop_constant_groups: bool = Field(
         default=True, description="leave out groups whose rewards are all equal (no signal)"
     )

@@ -36,10 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from composer_infra.checkpoint import GroupStore
-from composer_model import ComposerTokenizer, OptimConfig
+from composer_model import ComposerTokenizer
 from composer_parallel import ParallelDims
-from composer_rl.agent.episode import RunnerConfig
-from composer_rl.agent.summarize import SummaryConfig
 from composer_rl.errors import require_model_dir
 from composer_rl.plugins import JobPlugins, PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
@@ -52,7 +50,6 @@ from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingCo
 from composer_rl.rl.services.evaluation import EvaluationService
 from composer_rl.rl.services.inference import InferenceService
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
-from composer_rl.stages.config import ParallelConfig
 from composer_rl.tasks import (
     BuiltinTaskSource,
     DirectoryTaskSource,
@@ -172,18 +169,7 @@ def training_tasks(config: RLConfig, plugins: JobPlugins) -> list[Task]:
     return tasks
 
 
-def plugin_config(config: RLConfig) -> dict[str, Any]:
-    """What plugins see in `composer_configure`: the plugin sections and the free-form
-    `[plugin_config]` table at the top level (a third-party plugin reads its own key)."""
-    return {
-        **config.plugin_config,
-        "plugins": config.plugins.model_dump(),
-        "rewards": dict(config.rewards),
-        "monitors": dict(config.monitors),
-    }
-
-
-def anchor_source(config: RLConfig) -> tuple[str | None, int]:
+def anchor_source(config: RLConfig) -> tuple[Path | None, int]:
     """The SFT anchor's demonstrations file and end-of-text id (None: the anchor is off).
 
     By default the demonstrations the policy's stage-one run made (MODEL/../../), whose
@@ -194,8 +180,8 @@ def anchor_source(config: RLConfig) -> tuple[str | None, int]:
     if config.train.ranks > 1:
         raise ValueError(
             f"loss.anchor_weight = {config.loss.anchor_weight} runs in one training process "
-            f"only, and train.dp x train.cp is {config.train.ranks}: set loss.anchor_weight = 0 "
-            "or train.dp = train.cp = 1"
+            f"only, and train.parallel.dp x cp is {config.train.ranks}: set "
+            "loss.anchor_weight = 0 or train.parallel.dp = train.parallel.cp = 1"
         )
     path = config.train.anchor_data or config.model.parent.parent / "sft_tokens.pt"
     if not path.is_file():
@@ -205,51 +191,15 @@ def anchor_source(config: RLConfig) -> tuple[str | None, int]:
             "loss.anchor_weight = 0"
         )
     tokenizer = ComposerTokenizer.from_file(config.model / "tokenizer.json")
-    return str(path), tokenizer.eos_id
+    return path, tokenizer.eos_id
 
 
-def training_config(config: RLConfig) -> TrainingConfig:
+def trainer_config(config: RLConfig) -> TrainingConfig:
+    """The run's ``[train]`` section with the SFT anchor's demonstrations found
+    (`anchor_source`): what the training service is built with."""
     anchor_data, anchor_eos_id = anchor_source(config)
-    return TrainingConfig(
-        optim=OptimConfig(
-            lr=config.train.lr,
-            weight_decay=config.train.weight_decay,
-            grad_clip=config.train.grad_clip,
-            warmup_steps=config.train.warmup_steps,
-            min_lr_ratio=1.0,
-        ),
-        checkpoint_every=config.train.checkpoint_every,
-        publish_dtype=config.train.publish_dtype,
-        seed=config.seed,
-        threads=config.threads,
-        rl=config.loss,
-        reference=True,
-        parallel=ParallelConfig(
-            dp=config.train.dp, cp=config.train.cp, ep=config.train.ep, cp_mode=config.train.cp_mode
-        ),
-        anchor_data=anchor_data,
-        anchor_eos_id=anchor_eos_id,
-    )
-
-
-def runner_config(config: RLConfig) -> RunnerConfig:
-    r = config.rollout
-    return RunnerConfig(
-        max_turns=r.max_turns,
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        seed=config.seed,
-        backend=config.sandbox,
-        grading_workers=r.grading_workers,
-        record_routing=r.record_routing,
-        summary=SummaryConfig(
-            context_budget=r.summary_budget,
-            summary_tokens=r.summary_tokens,
-            max_summaries=r.max_summaries,
-            mode=r.summary_mode,
-        )
-        if r.summary_budget is not None
-        else None,
+    return config.train.model_copy(
+        update={"anchor_data": anchor_data, "anchor_eos_id": anchor_eos_id}
     )
 
 
@@ -268,7 +218,7 @@ def start_local(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHan
         config.model,
         store_url,
         config.run_dir / "checkpoints",
-        training_config(config),
+        trainer_config(config),
         plugins=plugins,
     )
     inference = InferenceService(
@@ -307,7 +257,7 @@ def start_ray(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandl
         config.run_dir,
         address=config.ray_address,
         store_url=store_url,
-        training=training_config(config),
+        training=trainer_config(config),
         max_batch_size=config.rollout.max_batch_size,
         threads=config.threads,
         inference_options={
@@ -442,7 +392,7 @@ class PeriodicEvaluation:
         self.endpoint = endpoint
         self.tokenizer = tokenizer
         self.log = log
-        self.runner = runner_config(config)
+        self.runner = config.rollout
         self.tasks = (
             sample_tasks(
                 collect_tasks(Split.HELDOUT, pm=plugins.pm),
@@ -473,20 +423,21 @@ class PeriodicEvaluation:
 def preflight(config: RLConfig) -> None:
     """Every check of `config` that needs no service, run before any starts: a ConfigError
     that names the setting to change (the CLI prints it as one line and exits with 2)."""
-    if config.local and config.train.ranks > 1:
+    parallel = config.train.parallel
+    if config.local and parallel.world_size > 1:
         raise ConfigError(
-            f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
-            "process a rank, joined in a process group: run on Ray (drop --local true)"
+            f"--train.parallel.dp {parallel.dp} x --train.parallel.cp {parallel.cp} needs one "
+            "training process a rank, joined in a process group: run on Ray (drop --local true)"
         )
     try:
-        ParallelDims(dp=config.train.dp, cp=config.train.cp, ep=config.train.ep)
+        ParallelDims(dp=parallel.dp, cp=parallel.cp, ep=parallel.ep)
     except ValueError as error:
-        raise ConfigError(f"train.ep: {error}") from None
-    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
+        raise ConfigError(f"train.parallel.ep: {error}") from None
+    if config.loop.groups_per_step * config.loop.group_size < parallel.dp:
         raise ConfigError(
             f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
-            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
-            "raise loop.groups_per_step or loop.group_size"
+            f"episodes cannot feed --train.parallel.dp {parallel.dp} ranks (each needs a "
+            "sequence); raise loop.groups_per_step or loop.group_size"
         )
     require_model_dir(
         config.model,
@@ -514,7 +465,7 @@ def run_rl(
 ) -> list[dict[str, Any]]:
     """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call.
 
-    `plugins` are the job's (default: ``JobPlugins(plugin_config(config))``): one manager,
+    `plugins` are the job's (default: ``JobPlugins(config.plugin_run_config())``): one manager,
     built once, that scores episodes and in which the task sources, the weight store and
     the sandbox backends are looked up.
     """
@@ -526,7 +477,7 @@ def run_rl(
     (run_dir / "config.toml").write_text(to_toml(config))
     store_url = config.store or (run_dir / "weights").resolve().as_uri()
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
-    job = plugins if plugins is not None else JobPlugins(plugin_config(config))
+    job = plugins if plugins is not None else JobPlugins(config.plugin_run_config())
     session = PluginSession(job.config, run_dir, command="rl", plugins=job)
     upsampling = (
         UpsamplingConfig(
@@ -552,7 +503,7 @@ def run_rl(
     try:
         resumed = handles.trainer.call("resume_state").result()
         handles.rollout.call("sync").result()
-        handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
+        handles.rollout.call("start_rollouts", str(tokenizer_path), config.rollout).result()
         loop_state = resumed["loop"]
         lineage = VersionTree.from_dict(resumed["lineage"])
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log, job)

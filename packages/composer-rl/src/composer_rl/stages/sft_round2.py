@@ -426,7 +426,7 @@ def run_sft_round2(config: Stage1Config, show_progress: Show = True) -> dict[str
         settings,
         save_dir=phase_dir / CHUNKS_DIR,
         threads=config.threads,
-        workers=config.sft_demonstration_workers,
+        workers=config.sft.demonstration_workers,
         show=show_progress,
     )
     collected = _write_collection(phase_dir, source, collection, tasks)
@@ -442,7 +442,7 @@ def run_sft_round2(config: Stage1Config, show_progress: Show = True) -> dict[str
         tasks,
         tokenizer,
         digest,
-        config.sft_demonstration_workers,
+        config.sft.demonstration_workers,
         show_progress,
     )
     if not own["ids"]:

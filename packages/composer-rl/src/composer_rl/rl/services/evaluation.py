@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -106,7 +105,7 @@ class EvaluationService:
         version = self.policy_version
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         engine = InferenceEngine(self.model, tokenizer, max_batch_size=16)
-        greedy = replace(runner, temperature=0.0, record_routing=False, summary=runner.summary)
+        greedy = runner.model_copy(update={"temperature": 0.0, "record_routing": False})
         episodes = EpisodeRunner(engine, tokenizer, greedy, self.plugins.backends)
         try:
             results = episodes.run(list(tasks))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -79,7 +79,9 @@ cu_seqlens) -> an object with a ``loss`` tensor and a ``metrics`` mapping."""
 ANCHOR_SEQ_LEN = 1024
 """Row length of the SFT anchor's packed demonstrations (the SFT phase's)."""
 
-SERVICE_OPTIM = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
+RL_OPTIM = OptimConfig(lr=1e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
+"""The training service's optimizer by default: RL's (a constant 1e-4 after no warm-up, no
+weight decay, clipping at 1.0). Stage one's phases have theirs (`Stage1Config`)."""
 
 
 class TrainerRestarted(RuntimeError):
@@ -87,45 +89,66 @@ class TrainerRestarted(RuntimeError):
 
 
 class TrainingConfig(BaseModel):
-    """Optimizer, publishing and checkpoint cadence of the training service."""
+    """The training service: its optimizer, parallelism, publishing and checkpoints.
+
+    It is `composer-rl rl`'s ``[train]`` section as it is; the RL run sets the fields that
+    follow its other knobs (`seed`, `threads`, the objective `rl` from ``[loss]``, the
+    reference policy, the anchor's end-of-text id; `composer_rl.rl.config.RLConfig`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     optim: OptimConfig = Field(
-        default=SERVICE_OPTIM,
-        description="AdamW settings and schedule, as in the stage-one phases",
+        default=RL_OPTIM,
+        description="the RL trainer's AdamW and schedule, a section of its own: its defaults "
+        "are RL's (lr 1e-4 constant, no weight decay, no warm-up), not a stage-one phase's",
     )
     total_steps: int | None = Field(
         default=None,
         gt=0,
-        description="the run's length for the cosine schedule; None: constant after warm-up",
+        description="the run's length for the cosine schedule; none: constant after warm-up",
     )
     checkpoint_every: int = Field(
-        default=10, ge=0, description="a step checkpoint every N steps; 0 never"
+        default=1,
+        ge=0,
+        description="steps between trainer checkpoints (0: never): a kill loses the steps since "
+        "the last one (their groups are trained again); the tiny preset's is 32 MiB in "
+        "0.1-0.3 s, under a hundredth of a step (benchmarks/kill_cost.py)",
     )
-    keep_checkpoints: int = Field(default=3, ge=1)
-    snapshot_every: int = Field(default=10, ge=1, description="full weight snapshot every N")
-    publish_dtype: str | None = Field(
-        default=None, description="e.g. 'bfloat16'; None publishes the parameter dtype"
+    keep_checkpoints: int = Field(default=3, ge=1, description="step checkpoints kept")
+    snapshot_every: int = Field(
+        default=10, ge=1, description="a full weight snapshot every N versions (XOR deltas between)"
     )
-    seed: int = 0
+    publish_dtype: Literal["float32", "bfloat16"] | None = Field(
+        default=None,
+        description="precision of the weights the engines receive (none: the trainer's, "
+        "float32). 'bfloat16' halves the sync's bytes, and the engines then decode with "
+        "bf16-rounded weights while the trainer keeps float32: a train/inference mismatch "
+        "of the kind router replay corrects (the router-replay study's learning runs)",
+    )
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="dp x cp training ranks (ep dividing them) in one process group: the Ray "
+        "rank actors of `composer-rl rl` (also --dp, --cp, --ep), or torchrun",
+    )
+    anchor_data: Path | None = Field(
+        default=None,
+        description="a stage-one run's sft_tokens.pt: the SFT anchor's demonstrations, for "
+        "loss.anchor_weight > 0 (composer-rl rl's default: the one of the stage-one run the "
+        "model comes from, MODEL/../../sft_tokens.pt)",
+    )
+    seed: int = Field(default=0, description="seed of the model's initialisation and the anchor")
     threads: int | None = Field(default=None, ge=1, description="torch threads in this process")
     rl: RLLossConfig = Field(default_factory=RLLossConfig, description="the RL objective")
     reference: bool = Field(
         default=False,
         description="keep a frozen copy of the initial policy as the KL reference (RL)",
     )
-    parallel: ParallelConfig = Field(
-        default_factory=ParallelConfig,
-        description="dp x cp ranks (ep dividing them) joined in one process group: torchrun, "
-        "or the Ray rank actors of start_services",
-    )
-    anchor_data: str | None = Field(
-        default=None,
-        description="a stage-one run's sft_tokens.pt: the demonstrations of the SFT anchor "
-        "(needed when rl.anchor_weight > 0)",
-    )
     anchor_eos_id: int = Field(default=0, ge=0, description="the tokenizer's end-of-text id")
+
+    @property
+    def ranks(self) -> int:
+        """Training processes: dp x cp (one Ray actor each when above 1)."""
+        return self.parallel.world_size
 
 
 class TrainingService:
