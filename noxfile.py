@@ -238,10 +238,18 @@ def kernels_alone(session: nox.Session) -> None:
 
 @nox.session(python=PRIMARY_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole workspace."""
+    """ruff check and ruff format --check over the whole workspace, then the import contracts.
+
+    `lint-imports` (import-linter) checks `[tool.importlinter]` of the root pyproject.toml:
+    the package DAG, the layers of composer-rl and no import cycle inside a package. It reads
+    the sources and imports none of them, so the packages are found on PYTHONPATH instead of
+    being installed here.
+    """
     _sync(session, "--only-group=dev", "--no-install-workspace")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    sources = os.pathsep.join(str(ROOT / "packages" / p / "src") for p in PACKAGES)
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": sources})
 
 
 @nox.session(python=PRIMARY_PYTHON)

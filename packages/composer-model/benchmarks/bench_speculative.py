@@ -22,7 +22,7 @@ from composer_model import (
     ComposerModel,
     InferenceEngine,
     SamplingParams,
-    compute_loss,
+    lm_forward_loss,
     preset,
     train_tokenizer,
 )
@@ -71,7 +71,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         offsets = torch.randint(0, stream.numel() - args.doc_len, (docs,))
         ids = torch.cat([stream[o : o + args.doc_len] for o in offsets])[None]
-        result = compute_loss(model, ids, cu_seqlens=cu)
+        result = lm_forward_loss(model, ids, cu_seqlens=cu)
         result.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -11,14 +11,25 @@ from conftest import micro_config
 from composer_model import (
     ComposerModel,
     InferenceEngine,
+    Labels,
+    ModelOutput,
+    PackedRow,
     SamplingParams,
-    compute_loss,
+    WholeRow,
     document_targets,
+    lm_forward_loss,
     load_pretrained,
     save_pretrained,
 )
 from composer_model.engine import sampling_logprobs
 from composer_model.losses import IGNORE, mtp_loss
+from composer_model.training import step_labels
+
+
+def _labels(ids: torch.Tensor, out: ModelOutput) -> Labels:
+    """The training step's labels of a forward on a whole [B, T] batch (teachers included)."""
+    row = PackedRow.of(ids)
+    return step_labels(row, WholeRow(row.cu_seqlens), out, teachers=True)
 
 
 def test_targets_never_cross_a_document_boundary() -> None:
@@ -49,7 +60,10 @@ def test_self_distillation_target_is_detached() -> None:
     ids = torch.randint(0, 128, (2, 16))
     out = model(ids, return_mtp=True)
     out.logits.retain_grad()
-    mtp_loss(out, ids, "self_distill").backward()
+    # A teacher that still carries the graph: the loss itself must detach it.
+    main = out.logits.reshape(-1, out.logits.shape[-1])
+    labels = Labels(tokens=_labels(ids, out).tokens, teachers=[torch.roll(main, -1, dims=0)])
+    mtp_loss(out, labels, "self_distill").backward()
     assert out.logits.grad is None or out.logits.grad.abs().sum() == 0
     assert model.mtp_modules[0].eh_proj.weight.grad is not None
 
@@ -63,7 +77,7 @@ def test_detached_trunk_trains_the_mtp_modules_only() -> None:
     out = model(ids, return_mtp=True, mtp_detach_trunk=True)
     assert attached.mtp_logits is not None and out.mtp_logits is not None
     torch.testing.assert_close(out.mtp_logits[0], attached.mtp_logits[0])
-    mtp_loss(out, ids, "self_distill").backward()
+    mtp_loss(out, _labels(ids, out), "self_distill").backward()
     for name, param in model.named_parameters():
         grad = param.grad
         moved = grad is not None and bool(grad.abs().sum() > 0)
@@ -74,7 +88,8 @@ def test_detached_trunk_trains_the_mtp_modules_only() -> None:
     assert model.mtp_modules[0].eh_proj.weight.grad.abs().sum() > 0
     # Without the detach the same loss reaches the trunk (so the check above can fail).
     model.zero_grad(set_to_none=True)
-    mtp_loss(model(ids, return_mtp=True), ids, "self_distill").backward()
+    attached = model(ids, return_mtp=True)
+    mtp_loss(attached, _labels(ids, attached), "self_distill").backward()
     assert model.embed_tokens.weight.grad is not None
     assert model.embed_tokens.weight.grad.abs().sum() > 0
 
@@ -86,7 +101,7 @@ def test_both_targets_train(target: str) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = last = None
     for _ in range(12):
-        result = compute_loss(model, ids)
+        result = lm_forward_loss(model, ids)
         result.loss.backward()
         opt.step()
         opt.zero_grad()
@@ -104,7 +119,7 @@ def _trained_on_a_cycle() -> tuple[ComposerModel, list[list[int]]]:
     for _ in range(60):
         starts = torch.randint(0, 12, (4,))
         ids = torch.stack([cycle[(s + torch.arange(32)) % 12] for s in starts])
-        result = compute_loss(model, ids)
+        result = lm_forward_loss(model, ids)
         result.loss.backward()
         opt.step()
         opt.zero_grad()
@@ -185,7 +200,7 @@ def test_speculative_sampling_matches_the_plain_distribution() -> None:
 def test_two_mtp_depths_chain_train_and_round_trip(tmp_path: Path) -> None:
     model = ComposerModel(micro_config(num_nextn_predict_layers=2)).train()
     ids = torch.randint(0, 128, (2, 16))
-    result = compute_loss(model, ids, mtp_weight=1.0, mtp_target="next_next")
+    result = lm_forward_loss(model, ids, mtp_weight=1.0, mtp_target="next_next")
     assert result.output.mtp_logits is not None and len(result.output.mtp_logits) == 2
     result.loss.backward()
     assert all(m.eh_proj.weight.grad is not None for m in model.mtp_modules)

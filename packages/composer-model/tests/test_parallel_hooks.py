@@ -2,28 +2,36 @@
 
 `train_step(..., parallel=hooks)` must call the hooks where a data/expert-parallel run
 needs them (gradient sync after backward, the hooks' norm instead of torch's, the load
-reduce for the balancing bias, the metric reduction), and `compute_loss` with the global
-`denominators` must split a batch into shares that add up to the whole batch's loss.
+reduce for the balancing bias, the metric reduction), the step's objective with the global
+`denominators` must split a batch into shares that add up to the whole batch's loss, and
+the loss itself takes a forward's outputs: it never calls the model.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
+from unittest import mock
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import micro_config
 
 from composer_model import (
     ComposerModel,
     OptimConfig,
+    PackedRow,
+    WholeRow,
     build_optimizer,
     compute_loss,
+    lm_forward_loss,
     target_counts,
     target_ids,
     train_step,
 )
-from composer_model.losses import lm_loss, mtp_loss
+from composer_model.losses import IGNORE, lm_loss, mtp_loss
+from composer_model.training import run_forward, shard_row, step_labels
 
 
 class RecordingHooks:
@@ -31,6 +39,9 @@ class RecordingHooks:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+
+    def layout(self, cu_seqlens: torch.Tensor) -> WholeRow:
+        return WholeRow(cu_seqlens)
 
     def sync_gradients(self, model: torch.nn.Module) -> None:
         assert any(p.grad is not None for p in model.parameters()), "called before backward"
@@ -67,11 +78,11 @@ def test_train_step_calls_the_parallel_hooks_in_order() -> None:
     ids, cu = _batch()
     hooks = RecordingHooks()
     with torch.no_grad():
-        before = float(compute_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0).loss)
+        before = float(lm_forward_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0).loss)
     stats = train_step(
         model,
         optimizer,
-        lambda: compute_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0),
+        lambda: lm_forward_loss(model, ids, cu_seqlens=cu, mtp_weight=0.0),
         grad_clip=1.0,
         parallel=hooks,
     )
@@ -91,13 +102,13 @@ def test_loss_shares_with_global_denominators_add_up_to_the_batch_loss(target: s
     model = ComposerModel(micro_config()).eval()
     ids, cu = _batch()
     mask = torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) > 0.2
-    whole = compute_loss(
+    whole = lm_forward_loss(
         model, ids, cu_seqlens=cu, mtp_weight=0.3, mtp_target=target, loss_mask=mask
     )
     counts = target_counts(ids, cu, len(model.mtp_modules), mask)
     # two "ranks": documents 0-1 and document 2, each normalised by the whole batch's counts
     shares = [
-        compute_loss(
+        lm_forward_loss(
             model,
             ids[:, a:b],
             cu_seqlens=(cu_part - a).to(torch.int32),
@@ -113,24 +124,64 @@ def test_loss_shares_with_global_denominators_add_up_to_the_batch_loss(target: s
 
 
 @torch.no_grad()
-def test_given_targets_teachers_and_shifted_ids_equal_the_whole_row_defaults() -> None:
-    """What a context-parallel shard passes (computed on the whole row) gives the same
-    terms as the defaults on the whole row: the shard path changes where, not what."""
+def test_the_steps_mtp_inputs_and_labels_give_the_whole_rows_terms() -> None:
+    """What the step hands the model and the loss (MTP inputs, targets and teachers, made
+    on the whole row; under cp they are then sharded) gives the terms computed by hand on
+    the whole row: the step changes where things are computed, not what."""
     torch.manual_seed(0)
     model = ComposerModel(micro_config()).eval()
     ids, cu = _batch()
     flat = ids.reshape(-1)
-    depths = len(model.mtp_modules)
-    plain = model(ids, cu_seqlens=cu, return_mtp=True)
-    shifted = [torch.roll(flat, -k) for k in range(1, depths + 1)]
-    given = model(ids, cu_seqlens=cu, return_mtp=True, mtp_shifted_ids=shifted)
-    assert given.mtp_logits is not None and plain.mtp_logits is not None
-    torch.testing.assert_close(given.mtp_logits[0], plain.mtp_logits[0])
-    lm = lm_loss(plain, ids, targets=target_ids(ids, cu, 1))
-    assert float(lm) == pytest.approx(float(lm_loss(plain, ids)), rel=1e-6)
-    main = plain.logits.reshape(-1, plain.logits.shape[-1])
-    targets = [target_ids(ids, cu, k + 1) for k in range(1, depths + 1)]
-    teachers = [torch.roll(main, -k, dims=0) for k in range(1, depths + 1)]
-    for target in ("next_next", "self_distill"):
-        ours = mtp_loss(plain, ids, target, targets=targets, teachers=teachers)
-        assert float(ours) == pytest.approx(float(mtp_loss(plain, ids, target)), rel=1e-6)
+    row = PackedRow.of(ids, cu)
+    layout = WholeRow(row.cu_seqlens)
+    output = run_forward(model, shard_row(row, layout, len(model.mtp_modules)))
+    plain = model(ids, cu_seqlens=cu, return_mtp=True)  # the model's own roll of the ids
+    assert output.mtp_logits is not None and plain.mtp_logits is not None
+    torch.testing.assert_close(output.mtp_logits[0], plain.mtp_logits[0])
+    labels = step_labels(row, layout, output, teachers=True)
+    vocab = output.logits.shape[-1]
+    main = output.logits.reshape(-1, vocab).float()
+    by_hand_lm = F.cross_entropy(main, target_ids(ids, cu, 1), ignore_index=IGNORE)
+    assert float(lm_loss(output.logits, labels.tokens[0])) == pytest.approx(
+        float(by_hand_lm), rel=1e-6
+    )
+    draft = output.mtp_logits[0].reshape(-1, vocab).float()
+    ahead = target_ids(ids, cu, 2)  # depth 1 at t predicts t+2, inside t's document
+    valid = ahead != IGNORE
+    by_hand = {
+        "next_next": F.cross_entropy(draft, ahead, ignore_index=IGNORE),
+        "self_distill": F.kl_div(
+            F.log_softmax(draft[valid], -1),
+            F.log_softmax(torch.roll(main, -1, dims=0)[valid], -1),
+            log_target=True,
+            reduction="sum",
+        )
+        / int(valid.sum()),
+    }
+    assert flat.numel() == labels.tokens[1].numel()
+    for target, value in by_hand.items():
+        assert float(mtp_loss(output, labels, target)) == pytest.approx(float(value), rel=1e-5)
+
+
+def test_the_loss_takes_outputs_and_never_calls_the_model() -> None:
+    """`compute_loss` gets a forward's outputs and labels, no model: with every
+    `ComposerModel` forward refused while it runs, it still gives the step's loss."""
+    for name, param in inspect.signature(compute_loss).parameters.items():
+        assert "Module" not in str(param.annotation), name
+        assert "ComposerModel" not in str(param.annotation), name
+    torch.manual_seed(0)
+    model = ComposerModel(micro_config()).eval()
+    ids, cu = _batch()
+    with torch.no_grad():
+        stepped = lm_forward_loss(model, ids, cu_seqlens=cu, mtp_weight=0.3)
+        row = PackedRow.of(ids, cu)
+        layout = WholeRow(row.cu_seqlens)
+        output = run_forward(model, shard_row(row, layout, len(model.mtp_modules)))
+        labels = step_labels(row, layout, output, teachers=True)
+    refused = AssertionError("the loss ran the model")
+    with mock.patch.object(ComposerModel, "forward", side_effect=refused):
+        with pytest.raises(AssertionError, match="ran the model"):  # the patch bites
+            model(ids, cu_seqlens=cu)
+        loss = compute_loss(output, labels, mtp_weight=0.3, mtp_target="self_distill")
+    assert float(loss.loss) == pytest.approx(float(stepped.loss), rel=1e-6)
+    assert float(loss.mtp_loss) > 0

@@ -1,15 +1,27 @@
 """Four processes (dp=2, cp=2, ep=4, gloo) train the tiny model like one process does;
-MTP under context parallelism (cp=2, ep=2) gives the whole row's terms and gradients."""
+MTP under context parallelism (cp=2, ep=2) gives the whole row's terms and gradients, the
+step sharding the row and the loss getting only the forward's outputs."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 import pytest
 import torch
 
-from composer_model import ComposerModel, compute_loss, preset, target_counts
+from composer_model import (
+    ComposerModel,
+    PackedRow,
+    compute_loss,
+    forward_row,
+    lm_forward_loss,
+    preset,
+    target_counts,
+)
+from composer_model.training import run_forward, shard_row, step_labels
 from composer_parallel.launch import run_local
 from composer_parallel.mesh import ParallelDims
-from composer_parallel.train import parallelize, run_training, sharded_loss, synthetic_batches
+from composer_parallel.train import parallelize, run_training, synthetic_batches
 
 STEPS = 5
 
@@ -29,12 +41,14 @@ def test_dp2_cp2_ep4_matches_single_process_loss_curve() -> None:
 
 def _mtp_under_cp(rank: int, world_size: int) -> dict[str, float]:
     """cp=2 with the MTP term (self-distillation and next-next) against the whole row in
-    one process: loss terms, every gradient, and the evaluation forward's MTP logits."""
+    one process: loss terms, every gradient, and the evaluation forward's MTP logits. The
+    step's pieces run here one by one, and the loss runs with every model forward refused."""
     torch.manual_seed(0)
     reference = ComposerModel(preset("tiny"))  # one MTP module
     model = ComposerModel(preset("tiny"))
     model.load_state_dict(reference.state_dict())
     parallel = parallelize(model, ParallelDims(dp=1, cp=2, ep=2))
+    assert type(model) is ComposerModel  # parallelized from outside, its class unchanged
     gen = torch.Generator().manual_seed(3)
     ids = torch.randint(0, 500, (1, 37), generator=gen)
     cu = torch.tensor([0, 5, 19, 37], dtype=torch.int32)
@@ -44,14 +58,34 @@ def _mtp_under_cp(rank: int, world_size: int) -> dict[str, float]:
     for target in ("self_distill", "next_next"):
         for m in (reference, model):
             m.zero_grad(set_to_none=True)
-        whole = compute_loss(
+        whole = lm_forward_loss(
             reference, ids, positions=positions, cu_seqlens=cu, mtp_weight=0.3, mtp_target=target
         )
         whole.loss.backward()
-        share = sharded_loss(
-            model, parallel, ids, positions, cu, counts, mtp_weight=0.3, mtp_target=target
+        # the step: shard the row once, run the forward, make the labels on the whole row
+        row = PackedRow.of(ids, cu, positions)
+        layout = parallel.layout(row.cu_seqlens)
+        inputs = shard_row(row, layout, len(model.mtp_modules))
+        output = run_forward(model, inputs)
+        labels = step_labels(
+            row, layout, output, teachers=target == "self_distill", denominators=counts
         )
+        refused = AssertionError("the loss ran the model")
+        with mock.patch.object(ComposerModel, "forward", side_effect=refused):
+            share = compute_loss(output, labels, mtp_weight=0.3, mtp_target=target)
         share.loss.backward()
+        with torch.no_grad():  # the composed objective the training loops call is the same
+            composed = lm_forward_loss(
+                model,
+                ids,
+                positions=positions,
+                cu_seqlens=cu,
+                mtp_weight=0.3,
+                mtp_target=target,
+                denominators=counts,
+                parallel=parallel,
+            )
+        worst[f"{target}:composed"] = abs(float(composed.loss) / float(share.loss.detach()) - 1)
         parallel.sync_gradients(model)
         summed = parallel.reduce_metrics(share.metrics)
         for key in ("lm_loss", "mtp_loss"):
@@ -68,7 +102,7 @@ def _mtp_under_cp(rank: int, world_size: int) -> dict[str, float]:
         worst[f"{target}:grad"] = err
     with torch.no_grad():
         plain = reference(ids, positions=positions, cu_seqlens=cu, return_mtp=True)
-        gathered = parallel.forward(model, ids, positions, cu, return_mtp=True)
+        gathered = forward_row(model, PackedRow.of(ids, cu, positions), parallel=parallel, mtp=True)
     assert plain.mtp_logits is not None and gathered.mtp_logits is not None
     worst["eval_mtp_logits"] = float((plain.mtp_logits[0] - gathered.mtp_logits[0]).abs().max())
     try:  # the bare MTP forward on a shard would wrap its shifted ids: refused

@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.agent.quick import random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.studies.async_rl import Sizes, compare_modes
 
 

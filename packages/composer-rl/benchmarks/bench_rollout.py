@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from composer_model import ComposerModel, InferenceEngine, compute_loss, preset, train_tokenizer
+from composer_model import ComposerModel, InferenceEngine, lm_forward_loss, preset, train_tokenizer
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.agent.oracle import play_oracle
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
@@ -71,7 +71,7 @@ def main() -> None:
         picked = [docs[int(i)] for i in torch.randint(0, len(docs), (4,))]
         ids = torch.tensor([t for d in picked for t in d])[None]
         cu = torch.tensor([0, *torch.tensor([len(d) for d in picked]).cumsum(0).tolist()])
-        result = compute_loss(model, ids, cu_seqlens=cu)
+        result = lm_forward_loss(model, ids, cu_seqlens=cu)
         result.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from composer_infra.checkpoint import GroupStore, StepCheckpointer
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.rl.lineage import final_lineage, restarts
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 
 
 def rows_of(path: Path) -> list[dict[str, Any]]:

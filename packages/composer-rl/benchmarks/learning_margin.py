@@ -31,19 +31,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.baselines import baseline_scores
 from composer_rl.eval.behaviour import behaviour_rates
-from composer_rl.rl.compare import (
-    SPLITS,
-    PolicyScores,
-    behaviour_margins,
-    score_policy,
-    seed_margins,
-    template_rows,
-)
+from composer_rl.eval.scores import PolicyScores, score_policy
+from composer_rl.rl.compare import SPLITS, behaviour_margins, seed_margins, template_rows
 from composer_rl.rl.config import load_config
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
-from composer_rl.rl.run import run_rl, runner_config
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
+from composer_rl.rl.run import run_rl
 
 
 def _quick_run(directory: Path) -> tuple[Path, dict[str, object]]:
@@ -56,7 +51,9 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"error: --set takes KEY=VALUE (e.g. train.lr=1e-4), got {item!r}")
+            raise SystemExit(
+                f"error: --set takes KEY=VALUE (e.g. train.optim.lr=1e-4), got {item!r}"
+            )
         out[key.strip()] = value.strip()
     return out
 
@@ -249,7 +246,7 @@ def main() -> int:
     )
     parser.add_argument("--config", type=Path, help="RL configuration (TOML), as for `rl`")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="RL settings over the file, e.g. train.lr=1e-4 loop.steps=40")  # fmt: skip
+                        help="RL settings over the file, e.g. train.optim.lr=1e-4 loop.steps=40")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only-seeds", action="store_true",
                         help="run and score the seeds only (another process scores SFT and "
@@ -298,7 +295,7 @@ def main() -> int:
                 "eval.per_template": 0,
             },
         )
-        runner = runner_config(config)
+        runner = config.rollout
         final = config.run_dir / "final"
         if not (final / "tokenizer.json").is_file():
             began = time.monotonic()
@@ -311,7 +308,7 @@ def main() -> int:
     if args.only_seeds:
         return 0
     if runner is None:
-        runner = runner_config(load_config(args.config, {**overrides, "model": str(model)}))
+        runner = load_config(args.config, {**overrides, "model": str(model)}).rollout
     sft = _scores(scores_dir / "scores-sft.json", "sft", model, tasks, runner, args.k, args.threads)
     baselines = _baselines(
         scores_dir / "scores-baselines.json",

@@ -5,7 +5,7 @@ their advantages), and for each group computes the gradient of the RL loss's two
 on the weights the policy's tokens come from (everything but the `mtp.` modules): the
 policy-gradient term alone, and the MTP self-distillation term (weight `--mtp-weight`),
 read through the trunk (`attached`, as RL trained before) and through detached copies
-(`detached`, what `rl_loss` does now). Under Adam the larger term sets the direction of
+(`detached`, what the RL step does now). Under Adam the larger term sets the direction of
 the update, so the ratio says whose update the trunk took.
 
     uv run python packages/composer-rl/benchmarks/mtp_gradient_share.py \
@@ -23,8 +23,9 @@ import torch
 from composer_infra.checkpoint.groups import FinishedGroup
 from composer_model import ComposerModel, load_pretrained, preset
 from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.orchestrator import record_to_trajectories
-from composer_rl.rl.trainer import RLLossConfig, rl_loss
+from composer_rl.rl.trainer import rl_forward_loss
 
 
 def trunk_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -90,14 +91,14 @@ def main() -> None:
     for trajectories in groups:
         batch = pack(trajectories)
         model.zero_grad(set_to_none=True)
-        rl_loss(model, batch, RLLossConfig(mtp_weight=0.0)).loss.backward()
+        rl_forward_loss(model, batch, RLLossConfig(mtp_weight=0.0)).loss.backward()
         pg = trunk_grad(model).clone()
         pg_norms.append(float(pg.norm()))
         for mode in ratios:
             detach = mode == "detached"
             model.forward = lambda *a, _d=detach, **k: forward(*a, **{**k, "mtp_detach_trunk": _d})  # type: ignore[method-assign]
             model.zero_grad(set_to_none=True)
-            rl_loss(model, batch, RLLossConfig(mtp_weight=args.mtp_weight)).loss.backward()
+            rl_forward_loss(model, batch, RLLossConfig(mtp_weight=args.mtp_weight)).loss.backward()
             model.forward = forward  # type: ignore[method-assign]
             mtp = trunk_grad(model) - pg
             ratios[mode].append(float(mtp.norm()) / max(float(pg.norm()), 1e-30))

@@ -33,9 +33,9 @@ from composer_model import ComposerTokenizer
 from composer_model.checkpoint import load_pretrained
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.agent.demonstrations import play_demonstration
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.compare import SPLITS
-from composer_rl.rl.quick import random_checkpoint
 
 NAME_CUES = ("@@path\n", "def ")
 """Text after which the policy's next token starts a name it has seen in its context."""

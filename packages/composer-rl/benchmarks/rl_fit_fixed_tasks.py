@@ -29,10 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from composer_rl.rl.compare import PolicyScores, paired_margin, score_policy
+from composer_rl.agent.quick import random_checkpoint
+from composer_rl.eval.scores import PolicyScores, score_policy
+from composer_rl.rl.compare import paired_margin
 from composer_rl.rl.config import load_config
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
-from composer_rl.rl.run import run_rl, runner_config
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
+from composer_rl.rl.run import run_rl
 from composer_rl.studies.fixed_tasks import FixedTasks, training_curve
 
 
@@ -74,7 +76,7 @@ def main() -> int:
             "loop.group_size": args.group_size,
             "loop.groups_per_step": args.groups_per_step,
             "loop.upsample_hard_after": None,
-            "train.lr": args.lr,
+            "train.optim.lr": args.lr,
             "eval.per_template": 0,
         },
     )
@@ -83,7 +85,7 @@ def main() -> int:
         began = time.monotonic()
         run_rl(config)
         print(f"RL on {args.tasks} tasks x {args.repeats}: {time.monotonic() - began:.0f} s")
-    runner = runner_config(config)
+    runner = config.rollout
     scores: dict[str, PolicyScores] = {}
     for name, checkpoint in (("sft", model), ("rl", final)):
         scores[name] = score_policy(

@@ -20,8 +20,8 @@ from _services_support import VOCAB, micro_config, token_batch
 from composer_model import OptimConfig
 from composer_parallel import init_distributed
 from composer_rl.rl.batch import Trajectory
-from composer_rl.rl.trainer import RLLossConfig
-from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.loss import RLLossConfig
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig
 
 STEPS = 3

@@ -19,6 +19,7 @@ from composer_model import train_tokenizer
 from composer_rewards.episode import Episode, Message, TestResults
 from composer_rewards.episode import ToolCall as EpisodeToolCall
 from composer_rewards.rewards.communication import CommunicationReward
+from composer_rewards.rewards.redundant_reads import redundant_reads
 from composer_rewards.rewards.unfinished import placeholders
 from composer_rl.agent.behaviours import Behaviour, DemonstrationMix
 from composer_rl.agent.demonstrations import (
@@ -218,6 +219,7 @@ def test_careful_finds_the_code_edits_runs_the_tests_and_says_what_they_printed(
     )
     details, _ = communication(task, run)
     assert "how_checked" in details and "what_changed" in details
+    assert redundant_reads(episode_of(task, run)) == []  # each file read once
 
 
 def test_careful_searches_only_when_the_instruction_names_no_file() -> None:
@@ -236,6 +238,7 @@ def test_recovering_fails_first_then_fixes_and_passes() -> None:
     assert demo.details["test_runs"] == ["1 failed, 1 passed", "2 passed"]
     assert "failed (`" in run.message and run.message.endswith("ran them again: 2 passed.")
     communication(task, run)
+    assert redundant_reads(episode_of(task, run)) == []
 
 
 def test_recovering_from_the_wrong_file_corrects_both_files() -> None:
@@ -247,6 +250,7 @@ def test_recovering_from_the_wrong_file_corrects_both_files() -> None:
     edited = {c.arguments["path"] for c in run.calls[first:second] if c.name == "edit_file"}
     assert edited == {"orders.py", "helpers.py"}  # the stray change undone, the bug fixed
     communication(task, run)
+    assert redundant_reads(episode_of(task, run)) == []
 
 
 def test_recovering_falls_back_to_careful_when_no_mistake_fails_the_tests() -> None:
@@ -293,11 +297,15 @@ def test_unchecked_message_says_nothing_about_the_check() -> None:
 
 
 def test_reread_reads_a_file_twice_in_a_row() -> None:
-    demo, run = _play(_operator_task(), Behaviour.REREAD)
+    task = _operator_task()
+    demo, run = _play(task, Behaviour.REREAD)
     assert demo.kind == "reread" and run.report.all_passed
     reads = [i for i, c in enumerate(run.calls) if c.name == "read_file"]
     assert reads[1] == reads[0] + 1
     assert run.calls[reads[0]] == run.calls[reads[1]]
+    # The `redundant_reads` reward (and the `reread` monitor) charges that read, only it.
+    found = redundant_reads(episode_of(task, run))
+    assert [(r.index, r.first) for r in found] == [(reads[1], reads[0])]
     assert run.results[reads[0]].output == run.results[reads[1]].output
 
 
@@ -425,8 +433,10 @@ def _tolerance(share: float, n: int) -> float:
     [{}, {"careful": 0.1, "recovering": 0.5, "careless": 0.1, "seed": 7}, {"reread": 0.0}],
 )
 def test_the_counts_follow_the_configured_shares(overrides: dict[str, float]) -> None:
-    config = load_stage1_config(None, **{f"demonstrations.{k}": v for k, v in overrides.items()})
-    mix = config.demonstrations
+    config = load_stage1_config(
+        None, **{f"sft.demonstrations.{k}": v for k, v in overrides.items()}
+    )
+    mix = config.sft.demonstrations
     counts = Counter(mix.behaviour_of(task_id) for task_id in SHARE_IDS)
     for behaviour, share in mix.shares().items():
         observed = counts[behaviour] / len(SHARE_IDS)
@@ -454,7 +464,7 @@ def test_shares_are_normalised_and_validated() -> None:
     )
     assert mix.shares()[Behaviour.CAREFUL] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match=r"demonstrations\.recovering = -0\.1: a share must"):
-        load_stage1_config(None, **{"demonstrations.recovering": -0.1})
+        load_stage1_config(None, **{"sft.demonstrations.recovering": -0.1})
     with pytest.raises(ValueError, match="every share is 0"):
         DemonstrationMix.model_validate({b.value: 0 for b in Behaviour})
     with pytest.raises(ValueError, match="careless_wrong"):
@@ -468,10 +478,10 @@ def test_the_stage_one_cli_flags_reach_the_mix() -> None:
     from composer_rl.cli._stage_args import stage1_config
 
     for command in ("sft", "stage1"):
-        args = build_parser().parse_args(
-            [command, "--demo-careful", "1", "--demo-recovering", "0", "--demo-seed", "3"]
-        )
-        mix = stage1_config(args).demonstrations
+        flags = ["--sft.demonstrations.careful", "1", "--sft.demonstrations.recovering", "0"]
+        # --demo-seed: the short spelling of sft.demonstrations.seed
+        args = build_parser().parse_args([command, *flags, "--demo-seed", "3"])
+        mix = stage1_config(args).sft.demonstrations
         assert (mix.careful, mix.recovering, mix.seed) == (1.0, 0.0, 3)
 
 

@@ -29,7 +29,7 @@ def checkpoint(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
-        (["--train.dp", "2", "--train.ep", "3"], "train.ep"),
+        (["--train.dp", "2", "--train.ep", "3"], "train.parallel.ep: ep=3 must divide"),
         (["--train.dp", "2", "--local", "true"], "drop --local true"),
         (
             ["--train.dp", "8", "--loop.group-size", "2", "--loop.groups-per-step", "2"],
@@ -78,7 +78,7 @@ def test_an_unknown_key_in_a_config_file_names_what_its_section_accepts(
     config.write_text("[loop]\nstepz = 3\n")
     assert main(["rl", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{config} + flags: unknown key 'loop.stepz'; loop accepts" in err and "steps" in err
+    assert f"{config}: unknown key 'loop.stepz' (did you mean loop.steps?); loop accepts" in err
     assert "pydantic" not in err and "http" not in err and "\n" not in err
 
 
@@ -106,7 +106,7 @@ def test_rl_with_ep_not_dividing_dp_through_the_command_starts_nothing(tmp_path:
     )
     assert done.returncode == 2, done.stderr
     err = done.stderr.strip()
-    assert err.startswith("error: train.ep: ep=3 must divide") and "\n" not in err, err
+    assert err.startswith("error: train.parallel.ep: ep=3 must divide") and "\n" not in err, err
     assert "ray initialized: False" in done.stdout
     assert not run_dir.exists() and list(tmp_path.iterdir()) == []
 
@@ -125,10 +125,10 @@ def corpus(tmp_path: Path) -> Path:
     [
         (["--dp", "2", "--cp", "2", "--ep", "4", "--skip-long-context"], "torch.distributed.run"),
         (["--dp", "2", "--cp", "2", "--ep", "4"], "add --skip-long-context"),
-        (["--dp", "2", "--ep", "3", "--skip-long-context"], "--ep: ep=3 must divide"),
-        (["--preset", "nosuch"], "--preset 'nosuch': choose one of"),
-        (["--threads", "0"], "threads: Input should be greater than 0"),
-        (["--pretrain-steps", "0"], "pretrain.steps: Input should be greater than 0"),
+        (["--dp", "2", "--ep", "3", "--skip-long-context"], "parallel.ep: ep=3 must divide"),
+        (["--preset", "nosuch"], "preset 'nosuch': choose one of"),
+        (["--threads", "0"], "flags: threads: Input should be greater than 0"),
+        (["--pretrain.steps", "0"], "flags: pretrain.steps: Input should be greater than 0"),
     ],
     ids=["no-torchrun", "parallel-long-context", "ep-not-dividing", "preset", "threads", "steps"],
 )
@@ -152,7 +152,7 @@ def test_a_missing_corpus_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
     run_dir = tmp_path / "stage1"
     missing = tmp_path / "nowhere"
     assert main(["stage1", "--run-dir", str(run_dir), "--corpus", str(missing)]) == 2
-    assert f"--corpus {missing} does not exist" in _one_line_error(capsys)
+    assert f"corpus.path {missing} does not exist" in _one_line_error(capsys)
     assert not run_dir.exists()
 
 
@@ -165,7 +165,8 @@ def test_an_unknown_key_in_a_stage_config_names_what_its_section_accepts(
     run_dir = tmp_path / "stage1"
     assert main([command, "--run-dir", str(run_dir), "--config", str(config)]) == 2
     err = _one_line_error(capsys)
-    assert f"{config} + flags: unknown key 'pretrain.stepz'; pretrain accepts" in err, err
+    assert f"{config}: unknown key 'pretrain.stepz' (did you mean pretrain.steps?); " in err
+    assert "; pretrain accepts " in err, err
     assert "steps" in err and "pydantic" not in err and "http" not in err
     assert not run_dir.exists()
 
@@ -202,7 +203,10 @@ def test_sft_without_the_earlier_phases_names_what_to_run(
         (["eval", "--compare", "{missing}", "{missing}"], "--compare {missing} does not exist"),
         (["study", "nvfp4-invariance", "--checkpoint", "{missing}"], "--checkpoint {missing}"),
         (["services", "check", "--model", "{missing}"], "is neither a preset"),
-        (["eval", "--checkpoint", "{checkpoint}", "--samples", "0"], "--samples 0: must be"),
+        (
+            ["eval", "--checkpoint", "{checkpoint}", "--samples", "0"],
+            "flags: samples: Input should be greater than or equal to 1 (got '0')",
+        ),
         (["eval", "--checkpoint", "{checkpoint}", "--tasks", "{missing}"], "--tasks {missing}"),
         (["services", "check", "--place", "bogus"], "--place 'bogus'"),
         (["tasks", "export", "{missing}", "--per-template", "-1"], "--per-template -1"),

@@ -14,6 +14,7 @@ from rich.console import Console
 from composer_rewards import EpisodeScore, RewardComponent
 from composer_rewards.scoring import ScoredComponent
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.agent.transcript import Transcript
 from composer_rl.eval import bench
 from composer_rl.eval.baseline_checkpoints import (
@@ -27,7 +28,6 @@ from composer_rl.eval.evaluate import EvalConfig, run_eval, summarize
 from composer_rl.eval.lift import lift_over_baselines
 from composer_rl.eval.side import SIDE_BY_NAME, SIDE_EVALS
 from composer_rl.eval.table import print_comparison, print_summary
-from composer_rl.rl.quick import random_checkpoint
 
 QUICK = RunnerConfig(max_turns=1, max_new_tokens=4, grading_workers=2)
 

@@ -11,7 +11,8 @@ from composer_rl.eval.behaviour import (
     per_task_behaviours,
     tokens_per_solved,
 )
-from composer_rl.rl.compare import PolicyScores, comparison_rows, template_rows
+from composer_rl.eval.scores import PolicyScores
+from composer_rl.rl.compare import comparison_rows, template_rows
 from composer_rl.tasks.model import VISIBLE_TEST_COMMAND
 
 DIFF = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-    return a - b\n+    return a + b\n"

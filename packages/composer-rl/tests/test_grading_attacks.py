@@ -16,23 +16,12 @@ import re
 from collections.abc import Callable
 
 import pytest
+from _swebench_support import sandbox_backends
 
-from composer_infra.sandbox import default_registry
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task
 
 TEMPLATES = {t.name: t for t in BUILTIN_TEMPLATES}
-
-
-def _backends() -> list[object]:
-    params: list[object] = []
-    for name in ("bwrap", "gvisor"):
-        missing = default_registry().backends()[name].unavailable_reason()
-        marks = [pytest.mark.skipif(missing is not None, reason=f"{name}: {missing}")]
-        if name == "gvisor":
-            marks.append(pytest.mark.slow)
-        params.append(pytest.param(name, marks=marks))
-    return params
 
 
 def _task(template: str) -> Task:
@@ -169,7 +158,7 @@ ATTACKS: list[tuple[str, str, Attack]] = [
 ]
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", sandbox_backends())
 @pytest.mark.parametrize(
     ("template", "attack"), [(t, a) for t, _, a in ATTACKS], ids=[n for _, n, _ in ATTACKS]
 )
@@ -188,7 +177,7 @@ def test_an_attack_on_the_grader_is_graded_failed(
     assert report.failed + report.errors > 0 or report.failure_reason, report
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", sandbox_backends())
 @pytest.mark.parametrize("template", ["fix_operator", "fix_config"])
 def test_the_honest_solution_still_passes(backend: str, template: str) -> None:
     task = _task(template)

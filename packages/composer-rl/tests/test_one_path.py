@@ -17,8 +17,8 @@ from _services_support import micro_config, token_batch
 
 from composer_model import ComposerModel, LossOutput, OptimConfig, build_optimizer, train_step
 from composer_model.model import positions_from_cu_seqlens
-from composer_rl.services import TrainingConfig, TrainingService
-from composer_rl.services._common import pack_sequences
+from composer_rl.rl.services import TrainingConfig, TrainingService
+from composer_rl.rl.services._common import pack_sequences
 from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.loop import batch_loss, phase_step
 from composer_rl.stages.packing import Batch

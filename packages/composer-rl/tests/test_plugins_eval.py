@@ -19,7 +19,7 @@ from plugins_support import tiny_checkpoint
 from composer_rl.agent.episode import RunnerConfig
 from composer_rl.cli import main
 from composer_rl.eval import EvalConfig, run_eval
-from composer_rl.plugins import read_state
+from composer_rl.plugins import PluginSettings, read_state
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 
 PLUGINS = textwrap.dedent(
@@ -111,13 +111,11 @@ def test_eval_uses_the_one_manager_and_applies_requests_between_steps(
         runner=RUNNER,
         tasks_per_step=1,
         run_dir=run_dir,
-        plugin_config={
-            "plugins": {
-                "plugins": ["eval_plugins:Configured", "eval_plugins:AddsLateAtStepZero"],
-                "block": ["style"],
-            },
-            "eval_test": {"value": 0.75, "run_dir": str(run_dir)},
-        },
+        plugins=PluginSettings(
+            plugins=["eval_plugins:Configured", "eval_plugins:AddsLateAtStepZero"],
+            block=["style"],
+        ),
+        plugin_config={"eval_test": {"value": 0.75, "run_dir": str(run_dir)}},
     )
     summary, _ = run_eval(checkpoint, _tasks(2), config)
     means = summary["reward_components_mean"]

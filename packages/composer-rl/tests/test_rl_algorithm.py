@@ -181,12 +181,13 @@ def test_a_slow_trainer_pauses_generation_instead_of_queueing_stale_groups() -> 
 
 
 def test_steps_on_a_group_move_each_episode_the_way_of_its_advantage() -> None:
-    """The whole training path (packing, router-replayed forward, `rl_loss`, the one
-    `train_step`): a few steps on one group raise the log-probability of every episode with
+    """The whole training path (packing, router-replayed forward, `rl_loss` on its outputs,
+    the one `train_step`): a few steps on one group raise the log-probability of every episode with
     a positive advantage and lower every one with a negative advantage."""
     from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, train_step
     from composer_rl.rl.batch import Trajectory, pack
-    from composer_rl.rl.trainer import RLLossConfig, rl_loss, target_logprobs
+    from composer_rl.rl.loss import RLLossConfig, target_logprobs
+    from composer_rl.rl.trainer import rl_forward_loss
 
     torch.manual_seed(0)
     model = ComposerModel(preset("tiny", vocab_size=128, num_hidden_layers=2))
@@ -217,7 +218,7 @@ def test_steps_on_a_group_move_each_episode_the_way_of_its_advantage() -> None:
     optimizer = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0))
     config = RLLossConfig(is_cap=None)
     for _ in range(3):
-        train_step(model, optimizer, lambda: rl_loss(model, batch, config), grad_clip=1.0)
+        train_step(model, optimizer, lambda: rl_forward_loss(model, batch, config), grad_clip=1.0)
     moved = [b - a for a, b in zip(before, sequence_logprobs(), strict=True)]
     assert [m > 0 for m in moved] == [a > 0 for a in advantages], moved
 

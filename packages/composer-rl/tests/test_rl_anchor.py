@@ -17,9 +17,10 @@ from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, 
 from composer_model.tokenizer import train_tokenizer
 from composer_rl.rl.batch import Trajectory, pack
 from composer_rl.rl.config import load_config
+from composer_rl.rl.loss import RLLossConfig, target_logprobs
 from composer_rl.rl.run import anchor_source
-from composer_rl.rl.trainer import RLLossConfig, rl_loss, target_logprobs
-from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.trainer import rl_forward_loss
 from composer_rl.stages.loop import batch_loss
 from composer_rl.stages.packing import make_batch, pack_documents
 
@@ -61,15 +62,17 @@ def test_the_anchor_adds_its_weight_times_sfts_loss_on_the_demonstrations() -> N
     ids, masks = _demonstrations()
     rows = pack_documents(ids, 64, 0, masks=masks, split_documents=False)
     demo = make_batch(rows, [0, 1])
-    plain = rl_loss(model, batch, RLLossConfig(is_cap=None))
-    anchored = rl_loss(model, batch, RLLossConfig(is_cap=None, anchor_weight=0.5), anchor=demo)
+    plain = rl_forward_loss(model, batch, RLLossConfig(is_cap=None))
+    anchored = rl_forward_loss(
+        model, batch, RLLossConfig(is_cap=None, anchor_weight=0.5), anchor=demo
+    )
     with torch.no_grad():
         sft = batch_loss(model, demo, mtp_weight=0.0).loss
     assert "anchor_loss" not in plain.metrics
     assert anchored.metrics["anchor_loss"] == pytest.approx(float(sft), rel=1e-6)
     assert float((anchored.loss - plain.loss).detach()) == pytest.approx(0.5 * float(sft), rel=1e-5)
     # Weight 0 with rows given is the plain loss: the knob, not the rows, turns it on.
-    off = rl_loss(model, batch, RLLossConfig(is_cap=None), anchor=demo)
+    off = rl_forward_loss(model, batch, RLLossConfig(is_cap=None), anchor=demo)
     assert float(off.loss.detach()) == pytest.approx(float(plain.loss.detach()), rel=1e-6)
 
 
@@ -101,7 +104,7 @@ def test_the_anchor_holds_a_demonstrated_answer_that_rl_pushes_down() -> None:
             train_step(
                 model,
                 optimizer,
-                lambda m=model, c=config: rl_loss(m, batch, c, anchor=demo),
+                lambda m=model, c=config: rl_forward_loss(m, batch, c, anchor=demo),
                 grad_clip=1.0,
             )
         moved[weight] = demonstrated_logprob(model) - before
@@ -151,13 +154,13 @@ def test_the_rl_config_finds_the_demonstrations_of_the_policys_stage_one_run(
         anchor_source(on)
     (tmp_path / "stage1" / "sft_tokens.pt").write_bytes(b"")
     path, eos = anchor_source(on)
-    assert path == str(tmp_path / "stage1" / "sft_tokens.pt") and eos == tokenizer.eos_id
+    assert path == tmp_path / "stage1" / "sft_tokens.pt" and eos == tokenizer.eos_id
     elsewhere = tmp_path / "other.pt"
     elsewhere.write_bytes(b"")
     chosen = load_config(
         None, {"model": str(final), "loss.anchor_weight": 0.1, "train.anchor_data": str(elsewhere)}
     )
-    assert anchor_source(chosen)[0] == str(elsewhere)
+    assert anchor_source(chosen)[0] == elsewhere
     parallel = load_config(None, {"model": str(final), "loss.anchor_weight": 0.1, "train.dp": 2})
-    with pytest.raises(ValueError, match=r"train\.dp x train\.cp is 2"):
+    with pytest.raises(ValueError, match=r"train\.parallel\.dp x cp is 2"):
         anchor_source(parallel)

@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from composer_rl.rl.compare import PolicyScores, comparison_rows, paired_margin, seed_margins
+from composer_rl.eval.scores import PolicyScores
+from composer_rl.rl.compare import comparison_rows, paired_margin, seed_margins
 from composer_rl.rl.config import load_config
 
 

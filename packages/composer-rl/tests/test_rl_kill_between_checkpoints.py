@@ -15,17 +15,16 @@ import subprocess
 import sys
 import time
 from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _rl_helpers import tiny_checkpoint
+from _rl_helpers import Unused, tiny_checkpoint, trajectory
 from _services_support import micro_config, token_batch
 
 from composer_infra.checkpoint import GroupStore, StepCheckpointer
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.config import load_config
+from composer_rl.rl.fates import FATES_LOG, FateBook
 from composer_rl.rl.lineage import (
     LINEAGE_FILE,
     Life,
@@ -45,7 +44,7 @@ from composer_rl.rl.orchestrator import (
 from composer_rl.rl.plots import plot_training
 from composer_rl.rl.run import run_rl
 from composer_rl.rl.sampler import TaskSampler
-from composer_rl.services.training import TrainerRestarted, TrainingConfig, TrainingService
+from composer_rl.rl.services.training import TrainerRestarted, TrainingConfig, TrainingService
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 
 # The tester's run: killed after step 4, before the first checkpoint (step 5); the trainer
@@ -78,23 +77,6 @@ def test_the_version_tree_measures_steps_between_weights_not_version_numbers() -
     assert unknown.lag(3, 10) is None and unknown.lag(9, 10) == 1
 
 
-def _trajectory(versions: list[int], advantage: float = 0.5) -> Trajectory:
-    n = len(versions)
-    return Trajectory(
-        tokens=list(range(1, n + 2)),
-        sampled=[False, *([True] * n)],
-        logprobs=[0.0, *([-1.0] * n)],
-        versions=[-1, *versions],
-        reward=advantage,
-        advantage=advantage,
-    )
-
-
-class _Unused:
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Future[Any]:
-        raise AssertionError(f"{method} called during resume")
-
-
 def test_a_resume_requeues_lost_steps_groups_and_redoes_the_prompts_of_stale_ones(
     tmp_path: Path,
 ) -> None:
@@ -112,12 +94,12 @@ def test_a_resume_requeues_lost_steps_groups_and_redoes_the_prompts_of_stale_one
     }
     for gid, (task, versions) in made.items():
         advantage = 0.0 if gid == "g000005" else 0.5
-        trajs = [_trajectory(v, advantage) for v in versions]
+        trajs = [trajectory(v, advantage) for v in versions]
         store.put(group_to_record(f"{gid}-{task.id}", task.id, trajs))
     # drawn[5] was being generated at the kill: its task is redone.
     config = OrchestratorConfig(groups_per_step=2, max_off_policy_steps=3, stale_policy="drop")
     loop = Orchestrator(
-        config, sampler, store, _Unused(), _Unused(), lambda raw: raw, start_version=5,
+        config, sampler, store, Unused(), Unused(), lambda raw: raw, start_version=5,
         lineage=REPORTED,
     )  # fmt: skip
     c = loop.counters
@@ -142,7 +124,7 @@ def test_a_resume_requeues_lost_steps_groups_and_redoes_the_prompts_of_stale_one
     # New group ids never collide with the resumed ones.
     assert loop._group_counter == 7
     # The outcome each episode had is kept, so constant-by-correctness is judged again too.
-    solved = _trajectory([0, 0])
+    solved = trajectory([0, 0])
     solved.metadata["solved"] = True
     (back,) = record_to_trajectories(group_to_record("g000009-x", "x", [solved]))
     assert back.metadata == {"solved": True}
@@ -181,8 +163,8 @@ def test_a_restarted_trainer_starts_a_life_and_refuses_batches_of_the_old_one(
         assert VersionTree.load(tmp_path / "ckpt" / LINEAGE_FILE) == tree
         assert tree.lag(2, 4) == 0 and tree.lag(3, 4) == 1
         with pytest.raises(TrainerRestarted, match="run the same command again"):
-            second.train_rl([_trajectory([2, 2])], {}, life=0)
-        assert second.train_rl([_trajectory([4, 4])], {}, life=1)["version"] == 5
+            second.train_rl([trajectory([2, 2])], {}, life=0)
+        assert second.train_rl([trajectory([4, 4])], {}, life=1)["version"] == 5
     finally:
         second.close()
 
@@ -321,6 +303,23 @@ def test_a_kill_between_checkpoints_trains_every_group_once_and_loses_no_prompt(
         newer = [g for g in by_task[_task(gid)] if g > gid]
         constant = record_is_constant(record_to_trajectories(store.get(gid)), "reward")
         assert newer or constant, f"{gid}: dropped and its prompt lost"
+    # Every finished group has exactly one fate standing in the fate log, the one the final
+    # lineage and the final checkpoint say: trained at its step and life, or dropped.
+    fates = FateBook.read(run / FATES_LOG)
+    assert set(fates.standing) == every and not fates.repeated
+    assert not fates.voided and not fates.unrecorded
+    fate_of = {gid: record["fate"] for gid, record in fates.standing.items()}
+    assert {g for g, f in fate_of.items() if f == "trained"} == consumed
+    assert {g for g, f in fate_of.items() if f != "trained"} == dropped
+    assert {g: (fates.standing[g]["step"], fates.standing[g]["life"]) for g in consumed} == {
+        g: (r["step"], r["life"]) for r in lineage for g in r["trained_groups"]
+    }
+    # The fate log marks the restart as metrics.jsonl does, and voids what the lost steps
+    # trained (decided again by the resumed run).
+    (fate_restart,) = fates.restarts
+    assert (fate_restart["from_step"], fate_restart["life"]) == (restored, 1)
+    assert set(restart["groups_retrained"]) <= set(fate_restart["voided"])
+    assert set(fate_restart["voided"]).isdisjoint(consumed_then | set(state["sampler"]["dropped"]))
     # No prompt of the epoch is lost: every drawn task has a group; the single epoch holds.
     drawn = json.loads((run / "sampler.json").read_text())["drawn"]
     assert drawn[: len(drawn_then)] == drawn_then and len(drawn) == len(set(drawn))

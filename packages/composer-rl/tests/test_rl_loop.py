@@ -11,6 +11,7 @@ from _rl_helpers import tiny_checkpoint
 
 from composer_infra.checkpoint import GroupStore
 from composer_rl.rl.config import load_config
+from composer_rl.rl.fates import FATES_LOG, FateBook
 from composer_rl.rl.run import run_rl
 
 
@@ -30,7 +31,7 @@ def _config(tmp_path: Path, **loop: object):  # type: ignore[no-untyped-def]
         "loop.max_groups_in_flight": 2,
         "loop.drop_constant_groups": False,
         "train.checkpoint_every": 1,
-        "train.lr": 1e-3,
+        "train.optim.lr": 1e-3,
         **{f"loop.{k}": v for k, v in loop.items()},
     }
     return load_config(None, overrides)
@@ -62,6 +63,13 @@ def test_async_loop_trains_publishes_and_logs(tmp_path: Path) -> None:
     sampler = json.loads((run / "sampler.json").read_text())
     assert len(sampler["drawn"]) == len(set(sampler["drawn"]))
     assert len(GroupStore(run / "groups").ids()) >= 3
+    # Every finished group's fate is recorded: the three trained at the steps that trained
+    # them, the rest still queued when loop.steps was reached (left over).
+    fates = FateBook.read(run / FATES_LOG)
+    assert set(fates.standing) == set(GroupStore(run / "groups").ids()) and not fates.repeated
+    trained = {g: row["step"] for row in history for g in row["trained_groups"]}
+    assert {g: r["step"] for g, r in fates.standing.items() if r["fate"] == "trained"} == trained
+    assert {r["fate"] for g, r in fates.standing.items() if g not in trained} <= {"left_over"}
     # The evaluation service scored version 2 on held-out tasks beside training.
     (evaluation,) = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
     assert evaluation["version"] >= 2 and evaluation["tasks"] >= 13
@@ -80,6 +88,14 @@ def test_resume_trains_on_without_repeating_a_prompt(tmp_path: Path) -> None:
     drawn = json.loads((run / "sampler.json").read_text())["drawn"]
     assert drawn[: len(first)] == first
     assert len(drawn) == len(set(drawn))
+    # The extension's restart line voided the groups left over at step 2, decided again
+    # since: every finished group has one fate standing, trained ones at steps 1-4.
+    fates = FateBook.read(run / FATES_LOG)
+    (restart,) = fates.restarts
+    assert restart["from_step"] == 2 and restart["life"] == 1
+    assert set(fates.standing) == set(GroupStore(run / "groups").ids()) and not fates.repeated
+    steps = sorted(r["step"] for r in fates.standing.values() if r["fate"] == "trained")
+    assert steps == [1, 2, 3, 4]
 
 
 @pytest.mark.slow
@@ -103,11 +119,11 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 
 def test_publish_dtype_reaches_the_trainer() -> None:
-    from composer_rl.rl.run import training_config
+    from composer_rl.rl.run import trainer_config
 
-    assert training_config(load_config(None, {})).publish_dtype is None
+    assert trainer_config(load_config(None, {})).publish_dtype is None
     config = load_config(None, {"train.publish_dtype": "bfloat16"})
-    assert training_config(config).publish_dtype == "bfloat16"
+    assert trainer_config(config).publish_dtype == "bfloat16"
 
 
 def test_the_written_config_reads_back_to_the_same_config(tmp_path: Path) -> None:

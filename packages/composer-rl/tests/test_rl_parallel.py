@@ -17,7 +17,7 @@ from _rl_helpers import tiny_checkpoint
 
 from composer_model import load_pretrained
 from composer_rl.rl.config import add_config_flags, config_from_args, load_config
-from composer_rl.rl.run import _rank_zero, run_rl, training_config
+from composer_rl.rl.run import _rank_zero, run_rl, trainer_config
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -27,12 +27,12 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def test_short_and_long_flags_set_the_train_dims() -> None:
-    config = config_from_args(_parse("--dp", "2", "--train.cp", "2", "--ep", "4"))
-    assert (config.train.dp, config.train.cp, config.train.ep) == (2, 2, 4)
+    config = config_from_args(_parse("--dp", "2", "--train.cp", "2", "--train.parallel.ep", "4"))
+    parallel = config.train.parallel
+    assert (parallel.dp, parallel.cp, parallel.ep, parallel.cp_mode) == (2, 2, 4, "allgather")
     assert config.train.ranks == 4
-    dims = training_config(config).parallel
-    assert (dims.dp, dims.cp, dims.ep, dims.cp_mode) == (2, 2, 4, "allgather")
-    assert training_config(load_config()).parallel.world_size == 1
+    assert trainer_config(config).parallel == parallel  # the section is the service's config
+    assert trainer_config(load_config()).parallel.world_size == 1
 
 
 def test_local_mode_refuses_a_parallel_trainer(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_a_step_too_small_for_dp_is_refused(tmp_path: Path) -> None:
             "run_dir": str(tmp_path / "run"),
         },
     )
-    with pytest.raises(ValueError, match=r"cannot feed --train\.dp 8"):
+    with pytest.raises(ValueError, match=r"cannot feed --train\.parallel\.dp 8"):
         run_rl(config)
 
 
@@ -93,7 +93,7 @@ def test_rl_command_with_a_parallel_trainer_on_ray(tmp_path: Path, dims: tuple[s
         *dims,
         "--ep",
         "2",
-        "--train.lr",
+        "--train.optim.lr",
         "1e-3",
         "--train.checkpoint-every",
         "1",

@@ -9,7 +9,7 @@ from test_agent_episode import _setup as agent_setup
 from composer_model import InferenceEngine
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
 from composer_rl.rl.batch import Trajectory, pack
-from composer_rl.rl.trainer import target_logprobs
+from composer_rl.rl.loss import target_logprobs
 
 
 def _setup(n_tasks: int = 2):  # type: ignore[no-untyped-def]

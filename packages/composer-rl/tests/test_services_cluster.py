@@ -32,7 +32,7 @@ from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
 from composer_rl.errors import ConfigError
-from composer_rl.services import EnvironmentConfig, TrainingConfig, start_services
+from composer_rl.rl.services import EnvironmentConfig, TrainingConfig, start_services
 from composer_rl.tasks import BuiltinTaskSource, Split
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()

@@ -15,7 +15,7 @@ from _services_support import VOCAB, micro_config, token_batch
 
 from composer_infra.sandbox import Task, default_registry
 from composer_model import OptimConfig
-from composer_rl.services import EnvironmentConfig, Services, TrainingConfig, start_services
+from composer_rl.rl.services import EnvironmentConfig, Services, TrainingConfig, start_services
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()
 

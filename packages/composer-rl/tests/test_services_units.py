@@ -12,7 +12,7 @@ import torch
 from _services_support import VOCAB, micro_config, token_batch
 
 from composer_model import OptimConfig, save_pretrained
-from composer_rl.services import (
+from composer_rl.rl.services import (
     EvaluationService,
     InferenceService,
     TrainingConfig,

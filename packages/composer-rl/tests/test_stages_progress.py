@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from _stage_helpers import tiny_config, write_corpus
 
-from composer_rl.stages import progress as progress_module
-from composer_rl.stages.progress import StepProgress
+from composer_rl import progress as progress_module
+from composer_rl.progress import StepProgress
 
 
 def test_a_pretrain_phase_writes_lines_to_a_file(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -10,7 +9,8 @@ import torch
 from _services_support import micro_config, token_batch
 
 from composer_model import ComposerModel
-from composer_rl.cli._stage_args import add_common, add_phase, stage1_config
+from composer_rl.cli import build_parser
+from composer_rl.cli._stage_args import stage1_config
 from composer_rl.stages.config import OptimConfig, PhaseConfig, Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
@@ -25,13 +25,11 @@ def test_the_default_phases_have_no_time_limit() -> None:
 
 
 def test_a_time_limit_is_an_explicit_opt_in_on_the_command_line(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    add_common(parser)
-    add_phase(parser, "pretrain", "base phase")
-    plain = stage1_config(parser.parse_args(["--run-dir", str(tmp_path)]))
+    parser = build_parser()
+    plain = stage1_config(parser.parse_args(["pretrain", "--run-dir", str(tmp_path)]))
     assert plain.pretrain.time_limit_s is None
     limited = stage1_config(
-        parser.parse_args(["--run-dir", str(tmp_path), "--pretrain-time-limit", "90"])
+        parser.parse_args(["pretrain", "--run-dir", str(tmp_path), "--pretrain.time-limit-s", "90"])
     )
     assert limited.pretrain.time_limit_s == 90.0
 

@@ -555,6 +555,25 @@ def test_a_finished_run_is_reused_only_under_its_config_and_from_the_same_weight
     assert finished_history(run_dir, config) is None
 
 
+def test_a_run_recorded_before_the_sections_were_nested_is_still_reused(tmp_path: Path) -> None:
+    """A study run's config.toml written with the old keys ([train] lr and dp, [rollout]
+    summary_budget, [loss] temperature) matches the same settings under the new ones."""
+    model, run_dir = tmp_path / "sft" / "final", tmp_path / "rl"
+    model.mkdir(parents=True)
+    run_dir.mkdir()
+    old = (Path(__file__).parent / "data" / "config_before_nesting.toml").read_text()
+    (run_dir / "config.toml").write_text(
+        old.replace('"MODEL"', json.dumps(str(model))).replace('"RUN"', json.dumps(str(run_dir)))
+    )
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    settings = {"model": str(model), "run_dir": str(run_dir), "loop.steps": 2, "local": True}
+    settings |= {"loop.upsample_hard_after": None, "eval.every": 0}
+    config = load_config(None, {**settings, "train.optim.lr": 3e-4})
+    assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
+    other = load_config(None, {**settings, "train.optim.lr": 1e-4})
+    assert finished_history(run_dir, other) is None
+
+
 def test_a_run_whose_epoch_ran_out_counts_as_finished_a_killed_one_not(tmp_path: Path) -> None:
     """A small task file can run out before `loop.steps` (constant groups are dropped):
     that run ended (run_rl exported final/) and is reused; one killed at the same step is

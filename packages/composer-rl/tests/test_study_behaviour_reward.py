@@ -1,34 +1,38 @@
-"""`composer-rl study behaviour-reward`: the monitor, the rates, the verdict rule, and the quick
-study through the real command: the reward added to the running job at the configured step
-by `composer-rl plugins add`, present only on episodes scored after it, and the rates in
-result.json recomputed here from the runs' episode logs."""
+"""`composer-rl study behaviour-reward`: each watched behaviour's monitor against its reward,
+the rates, the verdict rule, and the quick study through the real command for each
+behaviour: the reward added to the running job at the configured step by `composer-rl
+plugins add`, present only on episodes scored after it, and the rates in result.json
+recomputed here from the runs' episode logs."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from composer_rewards import Episode, PluginScorer
+from composer_rewards import BUILTIN_PLUGINS, Episode, PluginScorer, ToolCall, load_spec
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
 from composer_rl import cli
 from composer_rl.plugins.manager import build_plugin_manager
 from composer_rl.rl.episodes import read_episodes
-from composer_rl.studies import STUDIES
+from composer_rl.studies import STUDIES, StudyOptions
+from composer_rl.studies.base import WatchedBehaviour
 from composer_rl.studies.behaviour_reward import (
-    COMPONENT,
-    FLAG,
-    MONITOR_SPEC,
     QUICK,
-    REWARD_NAME,
-    REWARD_SPEC,
+    WATCHES,
     judge,
     rate,
+    run_dirs,
+    run_settings,
     window_of,
 )
+
+TODO = WATCHES["todo_left"]
+REREAD = WATCHES["reread"]
+FLAG = TODO.flag_key
 
 # --- the monitor ---------------------------------------------------------------------------
 
@@ -42,33 +46,66 @@ def _episode(path: str, added: list[str], context: str = "def f(xs):\n") -> Epis
     return Episode(task="fix f", diff=diff, changed_files={path: content}, final_message="Fixed f.")
 
 
-def _score(episode: Episode) -> tuple[dict[str, str], dict[str, float]]:
+def _score(episode: Episode, listed: list[str]) -> tuple[dict[str, str], dict[str, float]]:
     """The flags and components of `episode` under a run's real plugin manager, the monitor
-    listed as the study lists it and the `unfinished` reward present (as after the add)."""
-    pm = build_plugin_manager({"plugins": {"plugins": [MONITOR_SPEC], "block": ["style"]}})
+    listed as the study lists it and the matching reward present (as after the add)."""
+    pm = build_plugin_manager({"plugins": {"plugins": listed, "block": ["style"]}})
     score = PluginScorer(pm).score(episode)
     return score.flags, {s.component.name: s.component.value for s in score.components}
 
 
+def test_each_watched_behaviour_has_its_monitor_and_matching_reward(tmp_path: Path) -> None:
+    assert set(WATCHES) == set(get_args(WatchedBehaviour))
+    assert StudyOptions().behaviour == "reread"  # what the current SFT policy shows
+    with pytest.raises(ValueError, match="'rereads' is not one of 'reread', 'todo_left'"):
+        StudyOptions(behaviour="rereads")  # type: ignore[arg-type]
+    for name, watch in WATCHES.items():
+        assert watch.behaviour == name
+        reward = load_spec(watch.reward_spec)  # what `plugins add` will load
+        assert type(reward) is BUILTIN_PLUGINS[watch.reward_name]
+        settings = run_settings(Path("m"), tmp_path, QUICK, {}, 0, watch)
+        assert settings["plugins.block"] == [watch.reward_name]  # blocked until the add
+        # A built-in monitor is registered by name in every run; the study's own is listed.
+        assert settings["plugins.plugins"] == ([watch.monitor] if watch.listed else [])
+        assert watch.listed or watch.monitor in BUILTIN_PLUGINS
+    assert REREAD.flag_key == "reread/reread" and REREAD.component == "redundant_reads"
+    # The two behaviours' runs go to their own folders under --work-dir.
+    assert run_dirs(tmp_path, REREAD)["control"] != run_dirs(tmp_path, TODO)["control"]
+
+
+def _reads(*paths: str) -> Episode:
+    calls = [ToolCall(name="read_file", arguments={"path": p}, output="x = 1\n") for p in paths]
+    return Episode(task="fix f", tool_calls=calls, final_message="Fixed f.")
+
+
+def test_the_reread_monitor_flags_the_reads_the_redundant_reads_reward_charges() -> None:
+    flags, components = _score(_reads("calc.py", "./calc.py"), [])
+    assert flags[REREAD.flag_key] == "read_file #1: calc.py (already read at #0)"
+    assert components[REREAD.component] < 0  # the reward charges the same read
+    flags, components = _score(_reads("calc.py", "util.py"), [])
+    assert REREAD.flag_key not in flags and components[REREAD.component] == 0.0
+
+
 def test_the_monitor_flags_the_markers_the_unfinished_reward_charges() -> None:
+    listed, component = [TODO.monitor], TODO.component
     todo = _episode("calc.py", ["    # TODO: handle an empty list", "    return xs[0]"])
-    flags, components = _score(todo)
+    flags, components = _score(todo, listed)
     assert FLAG in flags and "calc.py:2: TODO" in flags[FLAG]
-    assert components[COMPONENT] < 0  # the reward charges the same line
+    assert components[component] < 0  # the reward charges the same line
     fixme = _episode("notes.md", ["FIXME later"], context="# notes\n")
-    assert FLAG in _score(fixme)[0]  # markers count in any file, as the reward counts them
+    assert FLAG in _score(fixme, listed)[0]  # markers count in any file, as the reward does
 
     clean = _episode("calc.py", ["    return min(xs)"])
-    flags, components = _score(clean)
-    assert FLAG not in flags and components[COMPONENT] == 0.0
+    flags, components = _score(clean, listed)
+    assert FLAG not in flags and components[component] == 0.0
     # A marker only in the diff's context (already in the file) is not one the policy left.
     old = _episode("calc.py", ["    return min(xs)"], context="# TODO: old note\n")
-    assert FLAG not in _score(old)[0]
+    assert FLAG not in _score(old, listed)[0]
     # A `pass` body is charged by the reward but is not the TODO-left behaviour.
     stub = _episode("calc.py", ["    pass"])
-    flags, components = _score(stub)
-    assert FLAG not in flags and components[COMPONENT] < 0
-    assert UnfinishedWorkPenalty.name == REWARD_NAME
+    flags, components = _score(stub, listed)
+    assert FLAG not in flags and components[component] < 0
+    assert UnfinishedWorkPenalty.name == TODO.reward_name
 
 
 # --- rates and windows ---------------------------------------------------------------------
@@ -92,17 +129,18 @@ def test_rates_carry_standard_errors_over_groups() -> None:
         _line("g3", True, [0]),
         _line("g3", False, [0]),
     ]
-    r = rate(episodes)
+    r = rate(episodes, FLAG)
     assert (r["groups"], r["episodes"], r["flagged"]) == (3, 6, 3)
     # Equal groups: the standard deviation of the group shares (1, 0, 1/2) over sqrt(3).
     assert r["rate"] == pytest.approx((0.5, 0.5 / math.sqrt(3)))
     assert r["solved"][0] == pytest.approx(1 / 6)
     # Unequal groups: the ratio's cluster-robust form, by hand.
-    uneven = rate([*episodes, _line("g2", False, [0])])
+    uneven = rate([*episodes, _line("g2", False, [0])], FLAG)
     mean = 3 / 7
     spread = (2 - 2 * mean) ** 2 + (0 - 3 * mean) ** 2 + (1 - 2 * mean) ** 2
     assert uneven["rate"] == pytest.approx((mean, math.sqrt(3 / 2 * spread) / 7))
-    one = rate(episodes[:2])
+    one = rate(episodes[:2], FLAG)
+    assert rate(episodes, REREAD.flag_key)["flagged"] == 0  # another behaviour's flag
     assert one["rate"][0] == 1.0 and math.isnan(one["rate"][1])  # one group: no spread
 
 
@@ -158,10 +196,21 @@ def test_the_verdict_needs_a_fall_beyond_three_standard_errors_and_the_control()
     assert flat.label == "undecided"
 
 
-def test_the_study_is_listed_and_takes_a_model() -> None:
+def test_the_study_is_listed_and_takes_a_model_and_a_behaviour(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert STUDIES["behaviour-reward"].implemented
     args = cli.build_parser().parse_args(["study", "behaviour-reward", "--model", "ckpt"])
-    assert args.checkpoint == Path("ckpt")
+    assert args.checkpoint == Path("ckpt") and args.behaviour is None  # the default: reread
+    argv = ["study", "behaviour-reward", "--behaviour", "todo_left", "--model", "ckpt"]
+    assert cli.build_parser().parse_args(argv).behaviour == "todo_left"
+    # An unknown behaviour, or --behaviour for another study, fails before anything runs.
+    out = ["--out", str(tmp_path / "out")]
+    assert cli.main(["study", "behaviour-reward", "--quick", "--behaviour", "todo", *out]) == 2
+    assert "'todo' is not one of 'reread', 'todo_left'" in capsys.readouterr().err
+    assert cli.main(["study", "async", "--quick", "--behaviour", "reread", *out]) == 2
+    assert "--behaviour is an option of behaviour-reward only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # --- the quick study, end to end -----------------------------------------------------------
@@ -171,7 +220,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _recomputed(run_dir: Path, add_at: int) -> dict[str, tuple[int, int, int, float]]:
+def _recomputed(run_dir: Path, add_at: int, flag: str) -> dict[str, tuple[int, int, int, float]]:
     """(groups, episodes, flagged, rate) of each window, straight from episodes.jsonl."""
     out: dict[str, tuple[int, int, int, float]] = {}
     episodes = [
@@ -182,19 +231,25 @@ def _recomputed(run_dir: Path, add_at: int) -> dict[str, tuple[int, int, int, fl
         ("after", lambda v: min(v) > add_at),
     ):
         chosen = [e for e in episodes if e["versions"] and keep(e["versions"])]
-        flagged = sum(FLAG in e["flags"] for e in chosen)
+        flagged = sum(flag in e["flags"] for e in chosen)
         share = flagged / len(chosen) if chosen else math.nan
         out[name] = (len({e["group"] for e in chosen}), len(chosen), flagged, share)
     return out
 
 
-@pytest.mark.slow  # two RL runs and a rerun (about 2.5 min on 2 cores, mostly collecting tasks)
+# Two RL runs and a rerun each (about 2.5 min on 2 cores, mostly collecting tasks).
+@pytest.mark.slow
+@pytest.mark.parametrize("behaviour", ["reread", "todo_left"])
 def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    behaviour: WatchedBehaviour, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    watch = WATCHES[behaviour]
+    name, spec, component = watch.reward_name, watch.reward_spec, watch.component
     out, work = tmp_path / "study", tmp_path / "runs"
-    argv = ["study", "behaviour-reward", "--quick", "--out", str(out), "--work-dir", str(work)]
-    assert cli.main(argv) == 0
+    # reread is the default: its run is the command without --behaviour.
+    chosen = [] if behaviour == "reread" else ["--behaviour", behaviour]
+    argv = ["study", "behaviour-reward", "--quick", *chosen, "--work-dir", str(work)]
+    assert cli.main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     for file in ("table.md", "plot.png", "result.json"):
         assert (out / file).is_file(), file
@@ -202,45 +257,47 @@ def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
     assert (out / "table.md").read_text().strip() in printed
     result = json.loads((out / "result.json").read_text())
     assert result["study"] == "behaviour-reward" and result["quick"] is True
-    # A random policy leaves no TODO: nothing to measure a fall of.
+    # A random policy neither leaves a TODO nor reads a file twice: no fall to measure.
     assert result["verdict"] == "undecided" and result["held"] is None
     numbers = result["numbers"]
+    assert numbers["behaviour"] == behaviour and numbers["flag"] == watch.flag_key
+    assert numbers["reward"] == {"name": name, "spec": spec, "component": component}
     add_at = QUICK.add_at
     assert numbers["sizes"]["add_at"] == add_at and 1 < add_at < QUICK.steps
 
     # The add, by `composer-rl plugins add`, recorded by the job at the configured step.
-    with_reward = work / "with-reward"
+    dirs = run_dirs(work, watch)
+    with_reward = dirs["with-reward"]
     rows = _lines(with_reward / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, QUICK.steps + 1))
-    assert [r["step"] for r in rows if r.get(f"plugins/add/{REWARD_NAME}") == 1.0] == [add_at]
+    assert [r["step"] for r in rows if r.get(f"plugins/add/{name}") == 1.0] == [add_at]
     for row in rows:
-        assert MONITOR_SPEC in row["plugins_registered"]  # the monitor watched every step
-        assert (REWARD_NAME in row["plugins_registered"]) == (row["step"] >= add_at)
+        assert watch.monitor in row["plugins_registered"]  # the monitor watched every step
+        assert (name in row["plugins_registered"]) == (row["step"] >= add_at)
     (processed,) = (with_reward / "plugins" / "processed").glob("*.json")
     answer = json.loads(processed.read_text())
-    assert answer["request"]["target"] == REWARD_SPEC and answer["request"]["name"] == REWARD_NAME
+    assert answer["request"]["target"] == spec and answer["request"]["name"] == name
     assert answer["event"]["ok"] and answer["event"]["step"] == add_at
     assert numbers["runs"]["with-reward"]["add_step"] == add_at
     state = json.loads((with_reward / "plugins" / "state.json").read_text())
-    assert state["finished"] and state["runtime_added"] == {REWARD_NAME: REWARD_SPEC}
+    assert state["finished"] and state["runtime_added"] == {name: spec}
 
     # The reward's component on exactly the episodes scored after the add; some on each side.
     episodes = read_episodes(with_reward)
-    carrying = [COMPONENT in e["components"] for e in episodes]
+    carrying = [component in e["components"] for e in episodes]
     assert carrying == [e["scored_after_step"] >= add_at for e in episodes]
     assert any(carrying) and not all(carrying)
     # The control run: the same run, never added.
-    control = work / "control"
-    assert all(
-        REWARD_NAME not in r["plugins_registered"] for r in _lines(control / "metrics.jsonl")
-    )
-    assert not any(COMPONENT in e["components"] for e in read_episodes(control))
+    control = dirs["control"]
+    assert all(name not in r["plugins_registered"] for r in _lines(control / "metrics.jsonl"))
+    assert not any(component in e["components"] for e in read_episodes(control))
     assert numbers["runs"]["control"]["add_step"] is None
 
     # The rates in result.json are the episodes' own.
-    for name, run_dir in (("with-reward", with_reward), ("control", control)):
-        measured = numbers["runs"][name]
-        for window, (groups, count, flagged, share) in _recomputed(run_dir, add_at).items():
+    for run, run_dir in (("with-reward", with_reward), ("control", control)):
+        measured = numbers["runs"][run]
+        for window, counts in _recomputed(run_dir, add_at, watch.flag_key).items():
+            groups, count, flagged, share = counts
             got = measured[window]
             assert (got["groups"], got["episodes"], got["flagged"]) == (groups, count, flagged)
             assert got["rate"][0] == pytest.approx(share)
@@ -250,8 +307,7 @@ def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
 
     # Run again on the same --work-dir: the finished runs are analysed, not rerun.
     again = tmp_path / "again"
-    argv = ["study", "behaviour-reward", "--quick", "--out", str(again), "--work-dir", str(work)]
-    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--out", str(again)]) == 0
     capsys.readouterr()
     second = json.loads((again / "result.json").read_text())["numbers"]
     assert second["reused_runs"] == ["with-reward", "control"]

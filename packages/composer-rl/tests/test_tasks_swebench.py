@@ -5,11 +5,12 @@ sandbox), and every instance that cannot be loaded is explained."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pluggy
 import pytest
+from _swebench_support import BASIC_TEST, make_instance
+from _swebench_support import source as _source
 
 from composer_rl.agent.oracle import play_oracle
 from composer_rl.tasks import Split, grade_files, hookspecs
@@ -18,56 +19,11 @@ from composer_rl.tasks.swebench import SWEBenchTaskSource
 
 hookimpl = pluggy.HookimplMarker("composer")
 
-CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
-BASIC_TEST = "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
-ADD_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-
-
-def _git(cwd: Path, *args: str) -> str:
-    command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
-    return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout
-
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     root = tmp_path_factory.mktemp("swe")
-    repo = root / "repos" / "acme__calc"
-    repo.mkdir(parents=True)
-    _git(repo, "init", "-q")
-    (repo / "calc.py").write_text(CALC)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_basic.py").write_text(BASIC_TEST)
-    (repo / "logo.bin").write_bytes(b"\x89PNG\x00\xff")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    (repo / "calc.py").write_text(
-        CALC.replace("return a - b\n\n\ndef sub", "return a + b\n\n\ndef sub")
-    )
-    patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
-    (repo / "tests" / "test_add.py").write_text(ADD_TEST)
-    _git(repo, "add", "-N", "tests/test_add.py")
-    test_patch = _git(repo, "diff")
-    _git(repo, "reset", "-q")
-    (repo / "tests" / "test_add.py").unlink()
-    good = {
-        "instance_id": "acme__calc-1",
-        "repo": "acme/calc",
-        "base_commit": base,
-        "problem_statement": "add() subtracts.",
-        "patch": patch,
-        "test_patch": test_patch,
-        "FAIL_TO_PASS": json.dumps(["tests/test_add.py::test_add"]),
-        "PASS_TO_PASS": ["tests/test_basic.py::test_sub"],
-    }
-    return root, good
-
-
-def _source(root: Path, lines: list[str]) -> SWEBenchTaskSource:
-    path = root / "instances.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return SWEBenchTaskSource("swe", path, root / "repos")
+    return root, make_instance(root)
 
 
 def test_loads_through_the_hook_and_grades_end_to_end(workspace) -> None:  # type: ignore[no-untyped-def]
@@ -152,40 +108,14 @@ def test_a_large_test_file_loads_and_one_over_the_limit_is_named(tmp_path: Path)
     """A 256 KB test file (real repositories have such) loads with the defaults; under a
     smaller `max_file_bytes` the instance is skipped naming the file, its size, the limit
     and the setting (it used to say the listed file "is not in the repository")."""
-    repo = tmp_path / "repos" / "acme__big"
-    (repo / "tests").mkdir(parents=True)
-    _git(repo, "init", "-q")
-    (repo / "calc.py").write_text(CALC)
     padding = "".join(
         f"\ndef test_pad_{i}():\n    assert sub({i}, 0) == {i}\n" for i in range(9000)
     )
     big_test = (BASIC_TEST + padding)[: 256 * 1024 - 1] + "\n"
     big_test = big_test[: big_test.rindex("\ndef ")] + "\n"
     big_test += " " * (256 * 1024 - len(big_test.encode()))  # exactly 256 KB, valid Python
-    (repo / "tests" / "test_big.py").write_text(big_test)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
-    (repo / "calc.py").write_text(
-        CALC.replace("return a - b\n\n\ndef sub", "return a + b\n\n\ndef sub")
-    )
-    patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
-    (repo / "tests" / "test_add.py").write_text(ADD_TEST)
-    _git(repo, "add", "-N", "tests/test_add.py")
-    test_patch = _git(repo, "diff")
-    _git(repo, "reset", "-q")
-    (repo / "tests" / "test_add.py").unlink()
-    instance = {
-        "instance_id": "acme__big-1",
-        "repo": "acme/big",
-        "base_commit": base,
-        "problem_statement": "add() subtracts.",
-        "patch": patch,
-        "test_patch": test_patch,
-        "FAIL_TO_PASS": ["tests/test_add.py::test_add"],
-        "PASS_TO_PASS": ["tests/test_big.py::test_sub"],
-    }
+    instance = make_instance(tmp_path, name="big", base_tests={"tests/test_big.py": big_test})
+    repo = tmp_path / "repos" / "acme__big"
     size = (repo / "tests" / "test_big.py").stat().st_size
     assert size == 256 * 1024
     path = tmp_path / "instances.jsonl"

@@ -27,6 +27,7 @@ import pytest
 from _rl_helpers import tiny_checkpoint
 
 from composer_rl.rl.config import load_config
+from composer_rl.rl.fates import FATES_LOG, FateBook
 from composer_rl.rl.run import run_rl
 from composer_rl.view.server import ViewerServer
 
@@ -82,7 +83,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "loop.drop_constant_groups": False,
         "loop.steps": 3,
         "train.checkpoint_every": 1,
-        "train.lr": 1e-3,
+        "train.optim.lr": 1e-3,
         "eval.every": 2,
         "eval.during_per_template": 1,
     }
@@ -121,6 +122,10 @@ def _spanning_episode(run: Path) -> str:
         records.append(record)
     group.update(group_id=gid, episodes=records)
     (run / "groups" / f"{gid}.json").write_text(json.dumps(group))
+    # Its fate as the loop recorded the group it was made from.
+    fate = FateBook.read(run / FATES_LOG).standing[source.stem]
+    with (run / FATES_LOG).open("a") as out:
+        out.write(json.dumps({**fate, "group": gid}) + "\n")
     for sample in range(len(records)):
         _append(
             run,
@@ -298,6 +303,13 @@ def test_each_view_loads(browser: Any, server: ViewerServer, dirs: dict[str, Any
     _open(browser, f"{server.url}runs/{rid}/group?id={quote(first['group'])}", "[data-role=fate]")
     fate = browser.find_element(By.CSS_SELECTOR, "[data-role=fate]").text
     assert fate.startswith("trained at step"), fate
+    # Recorded by the loop when it trained the group, with the reason, not inferred.
+    card = browser.find_element(By.CSS_SELECTOR, "[data-role=fate-card]")
+    assert card.get_attribute("data-source") == "recorded"
+    reason = browser.find_element(By.CSS_SELECTOR, "[data-role=fate-reason]").text
+    assert reason.startswith("trained at step") and "behind the weights" in reason
+    source = browser.find_element(By.CSS_SELECTOR, "[data-role=fate-source]").text
+    assert "groups/fates.jsonl" in source and "inferred" not in source
     advantages = [e.text for e in _css(browser, "[data-role=advantage]")]
     assert len(advantages) == 2 and all(a != "–" for a in advantages)
 
@@ -474,6 +486,12 @@ def test_missing_and_half_written_directories_open_with_a_note(
     # the page first shows a "loading tokens…" placeholder; wait for the note that replaces it
     _open(browser, f"{server.url}runs/{rid}/episode?id={quote(episode)}", "[data-role=token-note]")
     assert "groups/" in browser.find_element(By.CSS_SELECTOR, "[data-role=token-note]").text
+    # A run from before fates were recorded: the fate is inferred, and the page says so.
+    group = _lines(dirs["older"])[0]["episode"].rpartition(".s")[0]
+    _open(browser, f"{server.url}runs/{rid}/group?id={quote(group)}", "[data-role=fate]")
+    assert browser.find_element(By.CSS_SELECTOR, "[data-role=fate]").text.startswith("trained")
+    source = browser.find_element(By.CSS_SELECTOR, "[data-role=fate-source]").text
+    assert source.startswith("inferred: this run predates recorded fates"), source
 
 
 def test_no_request_leaves_loopback(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rl_helpers import trajectory
 
+from composer_infra.checkpoint import GroupStore
+from composer_rl.rl.fates import FATES_LOG, Fate, FateLog, fate_record
+from composer_rl.rl.orchestrator import group_to_record
 from composer_rl.view.index import EpisodeIndex, Query, template_of
 from composer_rl.view.jsonl import JsonlTail
 from composer_rl.view.rundir import RunDir, find_runs
@@ -204,6 +209,65 @@ def test_server_answers_json_with_strict_headers_and_never_a_traceback(tmp_path:
         assert status == 400  # DNS rebinding: a loopback-bound viewer answers loopback names only
         status, headers, _ = _get(server.url + "static/app.js")
         assert status == 200 and "content-security-policy" in headers
+
+
+def test_the_group_api_answers_the_recorded_fate_and_infers_only_for_older_runs(
+    tmp_path: Path,
+) -> None:
+    """The fate log as the loop writes it (`FateLog`, the orchestrator's `fate_record`):
+    a trained and a stale group, one whose fate a resume voided, a torn last line."""
+    run_path = tmp_path / "r"
+    lines = [_episode(n) for n in range(6)]
+    _write_lines(run_path / "episodes" / "episodes.jsonl", lines)
+    trained, stale, voided = sorted({line["group"] for line in lines})
+    for gid in (trained, stale, voided):
+        task = gid.split("-", 1)[1]
+        GroupStore(run_path / "groups").put(group_to_record(gid, task, [trajectory([0, 0])]))
+    _write_lines(run_path / "metrics.jsonl", [{"step": 1, "trained_groups": [trained]}])
+    older = tmp_path / "older"  # the same run, written before fates were recorded
+    shutil.copytree(run_path, older)
+    log = FateLog(run_path / FATES_LOG)
+    decided: list[tuple[str, Fate, int]] = [(trained, "trained", 0), (stale, "dropped_stale", 5)]
+    for gid, what, lag in decided:
+        why = f"its oldest token was {lag} optimizer steps behind (loop.max_off_policy_steps)"
+        log.record(
+            fate_record(gid, gid.split("-", 1)[1], what, step=1, life=0, reason=why,
+                        staleness=(lag, 3))
+        )  # fmt: skip
+    log.record(fate_record(voided, "t", "trained", step=2, life=0, reason="lost with step 2"))
+    log.restart(
+        from_step=1, life=1, version=3, restored_version=1, consumed=[trained], dropped=[stale],
+        trained_at={}, task_of=lambda gid: gid.split("-", 1)[1],
+    )  # fmt: skip
+    log.close()
+    with (run_path / FATES_LOG).open("a") as out:
+        out.write('{"kind": "fate", "group": "g0000')  # a writer killed mid-line
+    with ViewerServer([run_path, older]) as server:
+
+        def fate(run: str, gid: str) -> dict[str, Any]:
+            status, _, body = _get(f"{server.url}api/runs/{run}/group?id={gid}")
+            assert status == 200, body
+            answer: dict[str, Any] = json.loads(body)["fate"]
+            return answer
+
+        got = fate("r", trained)
+        assert got["source"] == "recorded" and got["text"] == "trained at step 1 (lag 0, bound 3)"
+        assert got["record"]["fate"] == "trained" and got["record"]["task"] in trained
+        assert "groups/fates.jsonl" in got["note"]
+        got = fate("r", stale)
+        assert got["text"] == "dropped as stale after step 1 (lag 5, bound 3)"
+        assert "max_off_policy_steps" in got["reason"]
+        got = fate("r", voided)  # the resume voided it; not decided again yet
+        assert got["source"] == "undecided" and got["record"] is None
+        assert "trained at step 2" in got["reason"] and "decides it again" in got["reason"]
+        # An older run's fates are inferred, and the answer says so.
+        got = fate("older", trained)
+        assert got["source"] == "inferred" and got["text"].startswith("trained at step 1")
+        assert got["note"].startswith("inferred: this run predates recorded fates")
+        _, _, body = _get(server.url + "api/runs/r")
+        assert "fates.jsonl: the last line is half-written" in " ".join(json.loads(body)["notes"])
+        _, _, body = _get(server.url + "api/runs/older")
+        assert "predates recorded fates" in " ".join(json.loads(body)["notes"])
 
 
 def test_static_assets_ship_in_the_wheel(tmp_path: Path) -> None:

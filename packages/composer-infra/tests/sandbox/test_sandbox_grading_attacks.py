@@ -10,9 +10,12 @@ Two forms of hidden tests:
 - `probe`: as the built-in templates are written (`python -P -m pytest`, the hidden tests
   call workspace code through `workspace_probe`, never import it);
 - `in-process`: as SWE-bench-format tests must be (`python -m pytest`, the hidden tests
-  import the workspace). Their verdict still comes from the grader's runner and its
-  nonce report; what code running inside that process can still do is listed in
-  docs/grading.md, and the tests of it are `xfail(strict=True)` with that reason.
+  import the workspace). The runner then judges from outside the tests' process: the
+  tests run in a test process that holds no nonce and reads no hidden test from disk, and
+  the grader's control tests (copies of the instance's tests that must fail, a plain one
+  that must fail and one that must pass) run among them; one that comes back otherwise is
+  graded as tampering. What code in the tests' process can still do (tell the control
+  tests apart) is listed in docs/grading.md; its test is `xfail(strict=True)`.
 """
 
 from __future__ import annotations
@@ -161,6 +164,110 @@ ATTACKS: dict[str, str] = {
     ),
     # The expected value read from the hidden test file while the tests run.
     "reads_hidden_tests": "",
+    # A plugin registered from inside with pytest's own plugin manager (found through gc).
+    "hook_registered_from_inside": (
+        "import gc\n"
+        "try:\n"
+        "    import pytest\n"
+        "    class _Pass:\n"
+        "        @pytest.hookimpl(hookwrapper=True)\n"
+        "        def pytest_runtest_makereport(self, item, call):\n"
+        "            outcome = yield\n"
+        "            outcome.get_result().outcome = 'passed'\n"
+        "    for _o in gc.get_objects():\n"
+        "        if type(_o).__name__ == 'PytestPluginManager':\n"
+        "            _o.register(_Pass())\n"
+        "            break\n"
+        "except ImportError:\n"
+        "    pass\n"
+    ),
+    # The grader's own plugin patched: every phase it relays says passed.
+    "patched_runner_plugin": (
+        "import gc\n"
+        "for _o in gc.get_objects():\n"
+        "    if type(_o).__name__ == 'Recorder' and hasattr(_o, 'emit'):\n"
+        "        _emit = _o.emit\n"
+        "        def _passed(event, _emit=_emit):\n"
+        "            if event.get('e') == 'phase':\n"
+        "                event = dict(event, outcome='passed', message='')\n"
+        "            _emit(event)\n"
+        "        _o.emit = _passed\n"
+    ),
+    # The channel to the runner forged: the events (their format is in the runner's file,
+    # beside the hidden tests) re-encoded as passes, the session as a success.
+    "forged_events": (
+        "import json\n"
+        "_dumps = json.dumps\n"
+        "def _forged(obj, *args, **kwargs):\n"
+        "    if isinstance(obj, dict) and obj.get('e') == 'phase':\n"
+        "        obj = dict(obj, outcome='passed', message='')\n"
+        "    if isinstance(obj, dict) and obj.get('e') == 'finished':\n"
+        "        obj = dict(obj, status=0)\n"
+        "    return _dumps(obj, *args, **kwargs)\n"
+        "json.dumps = _forged\n"
+    ),
+    # A thread that looks for the nonce in the memory of its process (every frame's locals)
+    # and writes a passing report wherever a grading process says the report goes.
+    "thread_forges_report": (
+        "import json, os, re, sys, threading, time\n"
+        "def _forge():\n"
+        "    found, paths = set(), set()\n"
+        "    for _pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            _argv = open(f'/proc/{_pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if b'--report' in _argv:\n"
+        "            paths.add(_argv[_argv.index(b'--report') + 1].decode())\n"
+        "    while True:\n"
+        "        for frame in list(sys._current_frames().values()):\n"
+        "            while frame is not None:\n"
+        "                for value in list(frame.f_locals.values()):\n"
+        "                    if isinstance(value, str) and re.fullmatch('[0-9a-f]{64}', value):\n"
+        "                        found.add(value)\n"
+        "                frame = frame.f_back\n"
+        "        tests = {'_grading/test_calc.py::test_add': {'outcome': 'passed', 'message': ''},\n"
+        "                 '_grading/test_calc.py::test_mul': {'outcome': 'passed', 'message': ''}}\n"
+        "        for nonce in found or {'0' * 64}:\n"
+        "            for path in paths:\n"
+        "                try:\n"
+        "                    with open(path, 'w') as out:\n"
+        "                        json.dump({'nonce': nonce, 'exit_status': 0, 'tests': tests}, out)\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "        time.sleep(0.005)\n"
+        "threading.Thread(target=_forge, daemon=True).start()\n"
+    ),
+    # `__eq__` that says yes to any int only (a fresh object is told apart).
+    "eq_true_for_ints": (
+        "class _IntLiar(int):\n"
+        "    def __eq__(self, other):\n        return type(other) is int\n"
+        "    __hash__ = int.__hash__\n"
+    ),
+    # The expected value read from the test that calls: its line, as pytest keeps it.
+    "reads_the_calling_line": (
+        "import linecache, re, sys\n"
+        "def _expected(default):\n"
+        "    frame = sys._getframe(2)\n"
+        "    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)\n"
+        "    found = re.search(r'==\\s*(-?\\d+)', line)\n"
+        "    return int(found.group(1)) if found else default\n"
+    ),
+    # Knows the grader: reads which tests are its control tests from the test process's
+    # memory and reports every other test passed (the open residual; docs/grading.md).
+    "knows_the_control_tests": (
+        "import gc\n"
+        "for _o in gc.get_objects():\n"
+        "    if type(_o).__name__ == 'Recorder' and getattr(_o, 'canaries', None):\n"
+        "        _emit, _control = _o.emit, list(_o.canaries)\n"
+        "        def _passed(event, _emit=_emit, _control=_control):\n"
+        "            node = event.get('node', '')\n"
+        "            ours = any(node == c or node.startswith(c + '[') for c in _control)\n"
+        "            if event.get('e') == 'phase' and not ours:\n"
+        "                event = dict(event, outcome='passed', message='')\n"
+        "            _emit(event)\n"
+        "        _o.emit = _passed\n"
+    ),
 }
 # How `add` reads in each attack (the broken body unless the attack needs its own).
 ADD_BODY = {
@@ -174,10 +281,12 @@ ADD_BODY = {
         "            return int(found.group(1))\n"
         "    return a - b\n"
     ),
+    "eq_true_for_ints": "def add(a, b):\n    return _IntLiar(a - b)\n",
+    "reads_the_calling_line": "def add(a, b):\n    return _expected(a - b)\n",
 }
 
-# What code running inside the grader's pytest process can still do (docs/grading.md).
-IN_PROCESS_RESIDUAL = {"patched_test_report", "eq_always_true"}
+# What code running inside the tests' process can still do (docs/grading.md).
+IN_PROCESS_RESIDUAL = {"knows_the_control_tests"}
 
 
 def attack_module(name: str) -> str:
@@ -226,8 +335,9 @@ def _attack(form: str, name: str) -> object:
         marks.append(
             pytest.mark.xfail(
                 strict=True,
-                reason="in-process hidden tests: code they import runs inside the grader's "
-                "pytest process (docs/grading.md, residual risk)",
+                reason="in-process hidden tests: code they import runs in the tests' "
+                "process and can tell the grader's control tests apart there "
+                "(docs/grading.md, what is left)",
             )
         )
     return pytest.param(form, name, marks=marks, id=f"{form}-{name}")
@@ -242,7 +352,7 @@ def test_attack_is_graded_failed(
     sandbox = make_sandbox(backend, task_for(form))
     written = sandbox.call("write_file", {"path": "calc.py", "content": attack_module(name)})
     assert written.ok, written
-    report = grade(sandbox, form, timeout=30)
+    report = grade(sandbox, form, timeout=60)
     assert_failed(report)
     reason = report.failure_reason or ""
     if form == "probe":
@@ -252,16 +362,68 @@ def test_attack_is_graded_failed(
         assert report.outcomes.get(ADD_ID) == "failed", report
         return
     expected = {
-        "exit_0_at_import": "no report",
-        "exit_1_after_summary": "no report",
+        "exit_0_at_import": "before its pytest session finished",
+        "exit_1_after_summary": "before its pytest session finished",
         "flood_after_summary": "output",
         "flood_stdout": "output",
         "assertion_becomes_skip": "skipped",
+        # A control test that must fail came back passed.
+        "patched_test_report": "tampering",
+        "eq_always_true": "tampering",
+        "eq_true_for_ints": "tampering",
+        "hook_registered_from_inside": "tampering",
+        "patched_runner_plugin": "tampering",
+        "forged_events": "tampering",
+        "reads_the_calling_line": "tampering",
     }
     if name in expected:
         assert expected[name] in reason, report
     else:  # the report is the runner's own; `add` did not pass in it
         assert report.source == "grader" and report.outcomes.get(ADD_ID) != "passed", report
+    if report.source == "grader":  # the control tests are never counted as the task's
+        assert set(report.outcomes) <= {ADD_ID, MUL_ID, "<grader>"}, report
+
+
+COLLECTION_HIDDEN = {
+    # The instance's conftest imports the package, so workspace code runs before any test
+    # module is imported.
+    "_grading/conftest.py": "import calc  # noqa: F401\n",
+    **HIDDEN["in-process"],
+}
+AT_COLLECTION = (
+    "import glob, re\n"
+    "_TABLE = {}\n"
+    "for _path in glob.glob('_grading/**/*.py', recursive=True):\n"
+    "    try:\n"
+    "        _text = open(_path).read()\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for _a, _b, _c in re.findall(r'add\\((\\d+), (\\d+)\\) == (\\d+)', _text):\n"
+    "        _TABLE[int(_a), int(_b)] = int(_c)\n"
+    "    if '/test_' in _path:\n"
+    "        with open(_path, 'w') as _out:\n"
+    "            _out.write('def test_add():\\n    pass\\n\\n\\ndef test_mul():\\n    pass\\n')\n"
+    "\n\ndef add(a, b):\n    return _TABLE.get((a, b), a - b)\n\n\ndef mul(a, b):\n    return a * b\n"
+)
+
+
+def test_in_process_collection_neither_reads_nor_rewrites_the_hidden_tests(
+    backend: str, make_sandbox: MakeSandbox
+) -> None:
+    """Workspace code imported while the hidden tests are collected (here by their
+    conftest) reads every hidden test file for the expected values and rewrites the test
+    modules not imported yet to pass. Both used to work (the files were on disk until
+    collection ended); the test process now compiles the hidden modules from the text the
+    runner sent it, and their files are empty by then."""
+    sandbox = make_sandbox(backend, task_for("in-process"))
+    assert sandbox.call("write_file", {"path": "calc.py", "content": AT_COLLECTION}).ok
+    report = sandbox.run_tests(timeout=60, hidden_tests=COLLECTION_HIDDEN)
+    assert_failed(report)
+    assert report.source == "grader" and report.failure_reason is None, report
+    assert report.outcomes == {ADD_ID: "failed", MUL_ID: "passed"}, report
+    assert sandbox.call("write_file", {"path": "calc.py", "content": CALC_FIXED}).ok
+    fixed = sandbox.run_tests(timeout=60, hidden_tests=COLLECTION_HIDDEN)
+    assert fixed.all_passed, fixed
 
 
 JSON_TASK_FILES = {

@@ -209,6 +209,21 @@ def test_every_doubt_fails_closed(command: CommandResult, data: bytes | None, re
     assert report.outcomes[GRADER_CASE] == "error" and report.errors >= 1
 
 
+def test_the_runners_own_doubts_void_every_outcome() -> None:
+    """A report whose runner says its test process cannot be believed (a control test that
+    must fail passed) counts no test, not even as partial credit."""
+    data = json.loads(report_bytes())
+    data["problems"] = ["tampering: the grader's control test t_x, which must fail, passed"]
+    report = build_report(done(), json.dumps(data).encode(), RUN)
+    assert not report.all_passed and report.passed == 0 and report.source == "none"
+    assert report.outcomes == {GRADER_CASE: "error"}
+    assert "tampering" in (report.failure_reason or "")
+    data["problems"] = "not a list"
+    assert "malformed" in (
+        build_report(done(), json.dumps(data).encode(), RUN).failure_reason or ""
+    )
+
+
 def test_a_full_workspace_fails_the_grading(backend: str, make_sandbox: MakeSandbox) -> None:
     """The policy fills the workspace so the hidden tests cannot be written: a failed
     grade with the reason (an exception would drop the episode instead of failing it)."""

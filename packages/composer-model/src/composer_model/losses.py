@@ -1,8 +1,14 @@
-"""Training losses: next-token cross-entropy and the MTP objectives, document-aware.
+"""Training losses: next-token cross-entropy and the MTP objectives, on a forward's outputs.
 
 This is the one loss of the project: the stage-one phases (pretraining, long context, SFT),
 the training service and evaluation all compute it here, so the LM term, the MTP term and
 the masking cannot drift apart between them.
+
+A loss here never runs the model and knows nothing of parallelism (as torchtitan's
+`components/loss.py`): it takes a forward's `ModelOutput` and the `Labels` to compare it
+with, position for position. The training step (`composer_model.training`) runs the
+forward and makes the labels; under context parallelism both cover only this rank's
+shard of the row, and the labels were computed on the whole row first.
 
 In a packed row the token after the last token of a document belongs to the next document,
 so it is never a target: `document_targets` masks every shift that would cross a boundary.
@@ -12,9 +18,9 @@ are targets; it applies to the LM term and to every MTP depth alike (`target_ids
 MTP depth k at position t predicts token t+k+1. Two targets:
 - `next_next`: cross-entropy against that token (DeepSeek-V3);
 - `self_distill`: KL from the main head's detached distribution at position t+k (which
-  predicts the same token) to the MTP head's, as Composer 2 trains its MTP layers. The main
-  model is not pulled towards its drafts; only the MTP module (and, through its input, the
-  hidden states it reads) learns.
+  predicts the same token: the label's *teacher*) to the MTP head's, as Composer 2 trains
+  its MTP layers. The main model is not pulled towards its drafts; only the MTP module
+  (and, through its input, the hidden states it reads) learns.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from composer_model.model import ComposerModel, ModelOutput, document_ids
+from composer_model.model import ModelOutput, document_ids
 
 IGNORE = -100
 
@@ -79,74 +85,81 @@ def target_counts(
     ]
 
 
-def lm_loss(
-    output: ModelOutput,
-    input_ids: torch.Tensor,
-    loss_mask: torch.Tensor | None = None,
-    *,
-    targets: torch.Tensor | None = None,
-    denominator: int | None = None,
-) -> torch.Tensor:
-    """Mean next-token cross-entropy over the targets (document- and mask-aware).
+@dataclass
+class Labels:
+    """What a loss compares a forward's outputs with, one entry per position of the outputs
+    (a whole packed row, or this rank's shard of one).
 
-    `targets` (one id per token, IGNORE where none) replaces the targets computed from
-    `input_ids`: a context-parallel rank holds a shard of the sequence, whose next tokens
-    may sit on another rank, so they are computed on the whole sequence and sharded.
-    `denominator` divides the summed cross-entropy instead of this batch's target count
-    (the global batch's count, under data parallelism)."""
-    logits = output.logits.reshape(-1, output.logits.shape[-1])
-    if targets is None:
-        targets = target_ids(input_ids, output.cu_seqlens, 1, loss_mask)
+    `tokens[0]` is the token after each position (the next-token term) and `tokens[k]` the
+    token k+1 ahead (MTP depth k), IGNORE where there is none: across a document boundary,
+    or where the loss mask leaves that token out (`target_ids`). `teachers[k-1]` is the main
+    head's logits at position t+k, detached: self-distillation's target for depth k (None
+    when no depth self-distills). `denominators` divide each term's sum (LM, then each
+    depth; a data- or context-parallel rank passes the whole batch's `target_counts`, so
+    the ranks' terms add up to the global mean); None divides by these labels' own counts.
+    """
+
+    tokens: list[torch.Tensor]
+    teachers: list[torch.Tensor] | None = None
+    denominators: Sequence[int] | None = None
+
+    @property
+    def depths(self) -> int:
+        """How many MTP depths these labels cover."""
+        return len(self.tokens) - 1
+
+
+def lm_loss(
+    logits: torch.Tensor, targets: torch.Tensor, denominator: int | None = None
+) -> torch.Tensor:
+    """Next-token cross-entropy of `logits` ([..., V], one row a position) against
+    `targets` (one id a position, IGNORE where none): the mean over the targets, or the sum
+    divided by `denominator` (the global batch's count, under data parallelism)."""
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    targets = targets.reshape(-1)
     if denominator is None:
-        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
-    summed = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")
+        return F.cross_entropy(flat, targets, ignore_index=IGNORE)
+    summed = F.cross_entropy(flat, targets, ignore_index=IGNORE, reduction="sum")
     return summed / max(1, denominator)
 
 
-def mtp_loss(
-    output: ModelOutput,
-    input_ids: torch.Tensor,
-    target: str = "self_distill",
-    loss_mask: torch.Tensor | None = None,
-    denominators: Sequence[int] | None = None,
-    targets: Sequence[torch.Tensor] | None = None,
-    teachers: Sequence[torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Mean over MTP depths of the chosen objective (zero when the model has no MTP).
+def mtp_loss(output: ModelOutput, labels: Labels, target: str = "self_distill") -> torch.Tensor:
+    """Mean over MTP depths of the chosen objective (zero when the output has no MTP logits).
 
-    Depth k at position t predicts token t+k+1; with a `loss_mask` only positions whose
-    token t+k+1 is a target count, as for the LM term. `denominators[k-1]` divides depth
-    k's summed term instead of this batch's count (the global count, under data
-    parallelism), so the ranks' terms add up to the global mean.
-
-    A context-parallel shard passes, per depth, `targets` (token t+k+1, IGNORE where none)
-    and `teachers` (the main head's logits at t+k, for self-distillation), both computed on
-    the whole row and sharded, since both may lie on another rank.
-    """
+    Depth k at position t predicts `labels.tokens[k]` (token t+k+1, so a loss mask applies
+    as to the LM term); `labels.denominators[k]` divides depth k's summed term instead of
+    its count. Self-distillation reads `labels.teachers` (required)."""
     if target not in ("next_next", "self_distill"):
         raise ValueError(f"unknown MTP target {target!r}; use 'next_next' or 'self_distill'")
     if not output.mtp_logits:
         return output.logits.new_zeros(())
+    if labels.depths < len(output.mtp_logits):
+        raise ValueError(
+            f"the output has {len(output.mtp_logits)} MTP depths, the labels {labels.depths}"
+        )
+    if target == "self_distill" and (
+        labels.teachers is None or len(labels.teachers) < len(output.mtp_logits)
+    ):
+        raise ValueError(
+            "self-distillation needs labels.teachers (the main head's logits k ahead, one "
+            "tensor a depth): make the labels with composer_model.training.step_labels"
+        )
     vocab = output.logits.shape[-1]
-    main = output.logits.reshape(-1, vocab).detach().float()
     losses = []
     for k, logits in enumerate(output.mtp_logits, start=1):
         logits = logits.reshape(-1, vocab).float()
-        depth_targets = (
-            target_ids(input_ids, output.cu_seqlens, k + 1, loss_mask)
-            if targets is None
-            else targets[k - 1]
-        )
+        depth_targets = labels.tokens[k].reshape(-1)
         valid = depth_targets != IGNORE
         if not bool(valid.any()):  # nothing to predict at this depth: no signal, not NaN
             losses.append(logits.sum() * 0.0)
             continue
-        count = int(valid.sum()) if denominators is None else max(1, denominators[k - 1])
+        denominators = labels.denominators
+        count = int(valid.sum()) if denominators is None else max(1, denominators[k])
         if target == "next_next":
             summed = F.cross_entropy(logits, depth_targets, ignore_index=IGNORE, reduction="sum")
-        elif target == "self_distill":
-            ahead = torch.roll(main, -k, dims=0) if teachers is None else teachers[k - 1]
-            teacher = ahead.reshape(-1, vocab).detach().float()[valid]  # main head at t+k
+        else:
+            assert labels.teachers is not None
+            teacher = labels.teachers[k - 1].reshape(-1, vocab).detach().float()[valid]
             student = F.log_softmax(logits[valid], dim=-1)
             summed = F.kl_div(student, F.log_softmax(teacher, -1), log_target=True, reduction="sum")
         losses.append(summed / count)
@@ -171,60 +184,36 @@ class LossOutput:
 
 
 def compute_loss(
-    model: ComposerModel,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor | None = None,
-    cu_seqlens: torch.Tensor | None = None,
-    replay_indices: Sequence[torch.Tensor] | None = None,
-    mtp_weight: float | None = None,
-    mtp_target: str | None = None,
-    loss_mask: torch.Tensor | None = None,
-    denominators: Sequence[int] | None = None,
+    output: ModelOutput,
+    labels: Labels,
+    *,
+    mtp_weight: float = 0.0,
+    mtp_target: str = "self_distill",
 ) -> LossOutput:
-    """LM loss + weight x MTP loss for one (packed) batch.
+    """LM loss + `mtp_weight` x MTP loss of a forward's `output` against `labels`.
 
-    `mtp_weight` and `mtp_target` default to the model config's (`mtp_loss_weight`,
-    `mtp_target`); a weight of 0 skips the MTP forward. `loss_mask` (one bool per token,
-    True where the token is a target; None: every token) masks the LM and MTP terms alike.
-
-    For a rank of a data-parallel run (`composer_parallel.sharded_loss`): `denominators`
-    (`target_counts` of the global batch: LM, then each MTP depth) make every term this
-    rank's share of the global mean. (A context-parallel shard needs targets and teachers
-    from the whole row: `sharded_loss` composes `lm_loss` and `mtp_loss` for it.)
+    The project's one loss. It never calls the model: the training step runs the forward
+    (`composer_model.training.lm_forward_loss`, which also resolves the model config's
+    `mtp_loss_weight` and `mtp_target`) and hands its outputs here. A weight of 0, or an
+    output without MTP logits, gives a zero MTP term.
     """
-    weight = model.config.mtp_loss_weight if mtp_weight is None else mtp_weight
-    if weight < 0:
-        raise ValueError(f"mtp_weight must be >= 0, got {weight}")
-    want_mtp = weight > 0 and bool(model.mtp_modules)
-    output = model(
-        input_ids,
-        positions=positions,
-        cu_seqlens=cu_seqlens,
-        replay_indices=replay_indices,
-        return_mtp=want_mtp,
-    )
+    if mtp_weight < 0:
+        raise ValueError(f"mtp_weight must be >= 0, got {mtp_weight}")
+    denominators = labels.denominators
     main = lm_loss(
-        output,
-        input_ids,
-        loss_mask,
-        denominator=None if denominators is None else denominators[0],
+        output.logits, labels.tokens[0], None if denominators is None else denominators[0]
     )
     extra = (
-        mtp_loss(
-            output,
-            input_ids,
-            mtp_target or model.config.mtp_target,
-            loss_mask,
-            denominators=None if denominators is None else denominators[1:],
-        )
-        if want_mtp
+        mtp_loss(output, labels, mtp_target)
+        if mtp_weight > 0 and output.mtp_logits
         else main.new_zeros(())
     )
-    return LossOutput(loss=main + weight * extra, lm_loss=main, mtp_loss=extra, output=output)
+    return LossOutput(loss=main + mtp_weight * extra, lm_loss=main, mtp_loss=extra, output=output)
 
 
 __all__ = [
     "IGNORE",
+    "Labels",
     "LossOutput",
     "compute_loss",
     "document_targets",

@@ -8,6 +8,7 @@ from composer_parallel.backends import (
     expert_dispatch_backend,
 )
 from composer_parallel.context import (
+    ContextLayout,
     ContextParallel,
     ContextShard,
     apply_context_parallel,
@@ -33,13 +34,13 @@ from composer_parallel.train import (
     init_distributed,
     parallelize,
     run_training,
-    sharded_loss,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AllToAllDispatcher",
+    "ContextLayout",
     "ContextParallel",
     "ContextShard",
     "Dispatcher",
@@ -65,6 +66,5 @@ __all__ = [
     "plan_global_batch",
     "run_local",
     "run_training",
-    "sharded_loss",
     "sync_gradients",
 ]

@@ -21,6 +21,11 @@ all-gather's peak for the same saved activations; a recomputing backward is futu
 
 Per-document positions are global (a chunk's rotary phase is its place in its document),
 which `ContextShard.positions` gives to the model.
+
+`ContextParallel.layout(cu_seqlens)` is a cp rank's `composer_model.training.RowLayout`:
+the one training step shards a row's inputs and targets through it, runs the forward
+inside its `running()`, and gathers what looks ahead (self-distillation's teacher) with
+it, so no loss handles context parallelism.
 """
 
 from __future__ import annotations
@@ -310,6 +315,10 @@ class ContextParallel:
         finally:
             self._current = previous
 
+    def layout(self, cu_seqlens: torch.Tensor | list[int]) -> ContextLayout:
+        """This rank's `RowLayout` of a packed row with global boundaries `cu_seqlens`."""
+        return ContextLayout(self, self.shard(cu_seqlens))
+
     @property
     def current(self) -> ContextShard:
         if self._current is None:
@@ -318,6 +327,31 @@ class ContextParallel:
                 "batch with cp.shard(cu_seqlens) and run the model inside `with cp.use(shard):`"
             )
         return self._current
+
+
+@dataclass(frozen=True)
+class ContextLayout:
+    """A cp rank's head-tail shard of one packed row, as the training step sees it (a
+    `composer_model.training.RowLayout`): dim 0 of every per-token tensor runs over the
+    row's tokens, and the forward runs inside `running()`."""
+
+    context: ContextParallel
+    shard: ContextShard
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self.shard.local_cu_seqlens
+
+    def local(self, row: torch.Tensor) -> torch.Tensor:
+        return self.shard.shard(row, dim=0)
+
+    def gather(self, local: torch.Tensor) -> torch.Tensor:
+        flat = local.reshape(local.shape[0], -1)
+        whole = gather_sequence(flat, self.shard, self.context.group)
+        return whole.reshape(whole.shape[0], *local.shape[1:])
+
+    def running(self) -> contextlib.AbstractContextManager[object]:
+        return self.context.use(self.shard)
 
 
 class ContextParallelMLA(MultiHeadLatentAttention):
@@ -392,11 +426,21 @@ class ContextParallelMLA(MultiHeadLatentAttention):
 
 
 def apply_context_parallel(
-    model: torch.nn.Module, group: dist.ProcessGroup, mode: CPMode = "allgather"
+    model: torch.nn.Module,
+    group: dist.ProcessGroup,
+    mode: CPMode = "allgather",
+    *,
+    context: ContextParallel | None = None,
 ) -> ContextParallel:
     """Make every MLA module of `model` context-parallel over `group`; returns the handle
-    whose `shard`/`use` the training loop calls around each forward and backward."""
-    context = ContextParallel(group, mode)
+    whose `layout` (or `shard`/`use`) the training step uses around each forward.
+
+    `context` (a handle over the same group) makes `model` share it: a second model, such
+    as RL's frozen reference, then runs on the same shard inside the same `running()`."""
+    if context is None:
+        context = ContextParallel(group, mode)
+    elif context.group is not group:
+        raise ValueError("the shared context-parallel handle is over another process group")
     for module in model.modules():
         if isinstance(module, MultiHeadLatentAttention):
             module.__class__ = ContextParallelMLA
@@ -407,6 +451,7 @@ def apply_context_parallel(
 
 __all__ = [
     "CPMode",
+    "ContextLayout",
     "ContextParallel",
     "ContextParallelMLA",
     "ContextShard",

@@ -1,15 +1,18 @@
 """Training under dp x cp x ep: parallelize a plain model, shard each global batch, step.
 
-The model stays the single-device `ComposerModel`; `parallelize` rewrites it from the
-outside (expert parallelism, then context parallelism) and returns a `Parallel` handle
-that knows the groups. A step is
+The model stays the single-device `ComposerModel`; `parallelize` rewrites its layers from
+the outside (expert parallelism, then context parallelism; the model's own class is never
+changed) and returns a `Parallel` handle that knows the groups. A step is
 
     plan the global batch over DP ranks (Karmarkar-Karp on a*L + L^2, `packing`)
-    -> this DP rank's packed row, next-token targets computed on the whole row
-    -> this CP rank's head-tail shard of tokens, positions and targets (`sharded_loss`)
-    -> the project's one step, `composer_model.train_step(..., parallel=handle)`, whose
-       hooks are the gradient sync after backward, the global gradient norm, the
-       per-expert load all-reduced for the bias, and the loss shares summed for logging.
+    -> this DP rank's packed row
+    -> the project's one step, `composer_model.train_step(..., parallel=handle)`, on
+       `composer_model.lm_forward_loss(..., parallel=handle)`: the row is sharded once
+       through `handle.layout` (this CP rank's head-tail shard of tokens, positions,
+       targets and MTP inputs, all computed on the whole row), the forward runs on the
+       shard, and the loss gets its outputs; the step's hooks are the gradient sync after
+       backward, the global gradient norm, the per-expert load all-reduced for the bias,
+       and the loss shares summed for logging.
 
 The loss of every rank is its cross-entropy *sum* divided by the number of targets in
 the whole global batch, so the summed gradients equal the single-process gradient of the
@@ -29,18 +32,17 @@ from composer_model import (
     ComposerModel,
     LossOutput,
     ModelConfig,
-    ModelOutput,
     OptimConfig,
+    RowLayout,
+    WholeRow,
     build_optimizer,
-    compute_loss,
+    lm_forward_loss,
     train_step,
 )
-from composer_model.losses import lm_loss, mtp_loss, target_ids
 from composer_parallel.context import (
     ContextParallel,
     CPMode,
     apply_context_parallel,
-    gather_sequence,
 )
 from composer_parallel.data import clip_gradients, sync_gradients
 from composer_parallel.expert import (
@@ -112,48 +114,31 @@ class Parallel:
         if self.meshes is not None:
             dist.barrier(group=self.meshes.world_group)
 
-    def forward(
-        self,
-        model: ComposerModel,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        cu_seqlens: torch.Tensor,
-        return_mtp: bool = False,
-    ) -> ModelOutput:
-        """The model on one packed sequence [1, N], logits for all N tokens on every rank.
-
-        For evaluation: under cp each rank runs its shard (MTP inputs computed on the whole
-        row) and the logits are all-gathered back into sequence order (no gradient).
-        Without cp it is the plain forward (every rank of an ep group must call it: the
-        experts' all-to-all is collective)."""
+    def layout(self, cu_seqlens: torch.Tensor) -> RowLayout:
+        """Which positions of a packed row this rank runs (`composer_model.RowLayout`):
+        its head-tail shard under cp, the whole row otherwise."""
         if self.context is None:
-            return model(
-                input_ids, positions=positions, cu_seqlens=cu_seqlens, return_mtp=return_mtp
+            return WholeRow(cu_seqlens)
+        return self.context.layout(cu_seqlens)
+
+    def apply_context(self, model: torch.nn.Module) -> None:
+        """Make a second model (RL's frozen reference: its experts whole, no optimizer)
+        context-parallel on this handle's shards, so it runs inside the same
+        `layout(...).running()` as the trained model. Nothing to do without cp."""
+        if self.context is not None:
+            apply_context_parallel(
+                model, self.context.group, self.context.mode, context=self.context
             )
-        flat = input_ids.reshape(-1)
-        shard = self.context.shard(cu_seqlens)
-        depths = len(model.mtp_modules) if return_mtp else 0
-        shifted = [shard.shard(torch.roll(flat, -k)) for k in range(1, depths + 1)]
-        group = self.context.group
-        with torch.no_grad(), self.context.use(shard):
-            out = model(
-                shard.shard(flat)[None],
-                positions=shard.shard(positions.reshape(-1))[None],
-                cu_seqlens=shard.local_cu_seqlens,
-                return_mtp=depths > 0,
-                mtp_shifted_ids=shifted or None,
-            )
-            logits = gather_sequence(out.logits[0], shard, group)
-            mtp = [gather_sequence(m[0], shard, group)[None] for m in out.mtp_logits or []]
-        return ModelOutput(
-            logits=logits[None],
-            hidden=logits.new_zeros(0),
-            routing=None,
-            replacements=out.replacements,
-            cu_seqlens=cu_seqlens,
-            positions=positions.reshape(-1),
-            mtp_logits=mtp or None,
-        )
+
+    def dp_sequences(self, lengths: Sequence[int], a: float) -> list[int]:
+        """Indices of this dp rank's sequences of a global batch of uneven `lengths`,
+        balanced by `plan_global_batch` (Karmarkar-Karp on a*L + L^2; `a` is
+        `attention_cost_ratio`). Every rank gets some."""
+        dp = self.dims.dp
+        if len(lengths) < dp:
+            raise ValueError(f"a batch of {len(lengths)} sequences cannot feed dp={dp} ranks")
+        plan = plan_global_batch(list(lengths), dp, a)
+        return [i for micro in plan[self.dp_index] for i in micro.sequences]
 
 
 def parallelize(
@@ -172,25 +157,23 @@ def parallelize(
     context = None
     if dims.cp > 1:
         context = apply_context_parallel(model, meshes.cp_group, cp_mode)
-        if type(model) is ComposerModel:  # MTP then needs its shifted ids from the caller
-            model.__class__ = _ContextParallelModel
+        model.register_forward_pre_hook(_refuse_wrapped_mtp, with_kwargs=True)
     return Parallel(dims=dims, rank=dist.get_rank(), meshes=meshes, context=context)
 
 
-class _ContextParallelModel(ComposerModel):
-    """A `ComposerModel` whose attention is context-parallel (class swapped by
-    `parallelize`; parameters unchanged). Its MTP forward needs the tokens k ahead of
-    every local position from the caller (`mtp_shifted_ids`, computed on the whole row):
-    the default roll of the local ids would wrap inside the shard, silently wrong."""
-
-    def forward(self, *args: Any, **kwargs: Any) -> ModelOutput:
-        if kwargs.get("return_mtp") and self.mtp_modules and kwargs.get("mtp_shifted_ids") is None:
-            raise RuntimeError(
-                "multi-token prediction under context parallelism needs mtp_shifted_ids (the "
-                "tokens k ahead, computed on the whole row and sharded): use "
-                "composer_parallel.sharded_loss or Parallel.forward"
-            )
-        return super().forward(*args, **kwargs)
+def _refuse_wrapped_mtp(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """A context-parallel model's MTP forward needs the tokens k ahead of every local
+    position from the caller (`mtp_shifted_ids`, computed on the whole row): the model's
+    default roll of its local ids would wrap inside the shard, silently wrong."""
+    mtp_modules = getattr(model, "mtp_modules", None)
+    if kwargs.get("return_mtp") and mtp_modules and kwargs.get("mtp_shifted_ids") is None:
+        raise RuntimeError(
+            "multi-token prediction under context parallelism needs mtp_shifted_ids (the "
+            "tokens k ahead, computed on the whole row and sharded): run the forward "
+            "through composer_model.training (shard_row, run_forward, forward_row)"
+        )
 
 
 def init_distributed() -> bool:
@@ -230,79 +213,7 @@ def full_state_dict(model: torch.nn.Module, parallel: Parallel) -> dict[str, tor
     return state
 
 
-# --- the loss on a sharded global batch -------------------------------------------------
-
-
-def sharded_loss(
-    model: ComposerModel,
-    parallel: Parallel,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    denominators: Sequence[int],
-    loss_mask: torch.Tensor | None = None,
-    mtp_weight: float = 0.0,
-    mtp_target: str | None = None,
-) -> LossOutput:
-    """This rank's share of the global batch's `compute_loss` on its dp share [1, N].
-
-    `denominators` are `target_counts` of the whole global batch (LM, then each MTP depth).
-    Without cp this is `compute_loss` with those denominators. Under cp, everything that
-    looks ahead is computed on the whole row and then sharded head-tail: the next-token
-    targets, each MTP depth's input tokens (k ahead) and targets (k+1 ahead), and the
-    self-distillation teacher (the main head's logits k ahead, all-gathered over cp,
-    detached: [N, vocab] a rank, affordable for this project's vocabularies; exchanging
-    only the k boundary rows a chunk is the scalable version).
-    """
-    if parallel.context is None:
-        return compute_loss(
-            model,
-            input_ids,
-            positions=positions,
-            cu_seqlens=cu_seqlens,
-            mtp_weight=mtp_weight,
-            mtp_target=mtp_target,
-            loss_mask=loss_mask,
-            denominators=denominators,
-        )
-    context = parallel.context
-    flat = input_ids.reshape(-1)
-    depths = len(model.mtp_modules) if mtp_weight > 0 else 0
-    shard = context.shard(cu_seqlens)
-    local_ids = shard.shard(flat)[None]
-    shifted = [shard.shard(torch.roll(flat, -k)) for k in range(1, depths + 1)]
-    with context.use(shard):
-        output = model(
-            local_ids,
-            positions=shard.shard(positions.reshape(-1))[None],
-            cu_seqlens=shard.local_cu_seqlens,
-            return_mtp=depths > 0,
-            mtp_shifted_ids=shifted or None,
-        )
-    main = lm_loss(
-        output,
-        local_ids,
-        targets=shard.shard(target_ids(input_ids, cu_seqlens, 1, loss_mask)),
-        denominator=denominators[0],
-    )
-    extra = main.new_zeros(())
-    if depths:
-        logits = output.logits[0].detach()
-        whole = gather_sequence(logits, shard, context.group)  # [N, vocab], no gradient
-        extra = mtp_loss(
-            output,
-            local_ids,
-            mtp_target or model.config.mtp_target,
-            denominators=denominators[1:],
-            targets=[
-                shard.shard(target_ids(input_ids, cu_seqlens, k + 1, loss_mask))
-                for k in range(1, depths + 1)
-            ],
-            teachers=[
-                shard.shard(torch.roll(whole, -k, dims=0), dim=0) for k in range(1, depths + 1)
-            ],
-        )
-    return LossOutput(loss=main + mtp_weight * extra, lm_loss=main, mtp_loss=extra, output=output)
+# --- the loss on a global batch -------------------------------------------------------
 
 
 def global_batch_loss(
@@ -311,13 +222,20 @@ def global_batch_loss(
     """This rank's share of the mean next-token loss over every document of the global batch
     (documents placed on dp ranks by `plan_global_batch`, one micro-batch a rank)."""
     lengths = [len(d) for d in documents]
-    plan = plan_global_batch(lengths, parallel.dims.dp, a)
     total_targets = sum(n - 1 for n in lengths)
-    (micro,) = plan[parallel.dp_index]
-    ids = torch.tensor([t for i in micro.sequences for t in documents[i]], dtype=torch.long)
-    positions = torch.cat([torch.arange(lengths[i]) for i in micro.sequences])
-    cu = torch.as_tensor(micro.cu_seqlens, dtype=torch.int32)
-    return sharded_loss(model, parallel, ids[None], positions[None], cu, [total_targets])
+    mine = parallel.dp_sequences(lengths, a)
+    ids = torch.tensor([t for i in mine for t in documents[i]], dtype=torch.long)
+    positions = torch.cat([torch.arange(lengths[i]) for i in mine])
+    cu = torch.tensor([0, *(lengths[i] for i in mine)]).cumsum(0).to(torch.int32)
+    return lm_forward_loss(
+        model,
+        ids[None],
+        positions=positions[None],
+        cu_seqlens=cu,
+        mtp_weight=0.0,
+        denominators=[total_targets],
+        parallel=parallel,
+    )
 
 
 # --- a self-contained run ---------------------------------------------------------------
@@ -382,6 +300,5 @@ __all__ = [
     "init_distributed",
     "parallelize",
     "run_training",
-    "sharded_loss",
     "synthetic_batches",
 ]

@@ -10,10 +10,12 @@ from composer_rewards.monitors.clarify_without_edit import ClarifyWithoutEditMon
 from composer_rewards.monitors.comment_reasoning import CommentReasoningMonitor
 from composer_rewards.monitors.grader_tampering import GraderTamperingMonitor
 from composer_rewards.monitors.malformed_calls import MalformedCallsMonitor
+from composer_rewards.monitors.reread import RereadMonitor
 from composer_rewards.monitors.terminal_collapse import TerminalCollapseMonitor
 from composer_rewards.rewards.communication import CommunicationReward
 from composer_rewards.rewards.correctness import CorrectnessReward
 from composer_rewards.rewards.length import LengthPenalty
+from composer_rewards.rewards.redundant_reads import RedundantReadsPenalty
 from composer_rewards.rewards.style import StyleReward
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
 
@@ -22,12 +24,14 @@ BUILTIN_PLUGINS: dict[str, type] = {
     "style": StyleReward,
     "communication": CommunicationReward,
     "unfinished": UnfinishedWorkPenalty,
+    "redundant_reads": RedundantReadsPenalty,
     "length": LengthPenalty,
     "comment_reasoning": CommentReasoningMonitor,
     "terminal_collapse": TerminalCollapseMonitor,
     "malformed_calls": MalformedCallsMonitor,
     "clarify_without_edit": ClarifyWithoutEditMonitor,
     "grader_tampering": GraderTamperingMonitor,
+    "reread": RereadMonitor,
 }
 """Plugin name -> class; each class takes no arguments and reads ``composer_configure``."""
 

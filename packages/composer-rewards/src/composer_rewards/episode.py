@@ -23,6 +23,11 @@ TERMINAL_TOOL = "run"
 EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 FINISH_TOOL = "finish"
 
+COMPACTIONS_KEY = "compacted_after_turns"
+"""`Episode.metadata` key the RL loop sets: the turns after which the episode's context was
+condensed (self-summarization or truncation), in order; the tool results of turns up to
+such a turn are no longer in the context of later ones (a truncation keeps the latest few)."""
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -105,6 +110,8 @@ class Episode(_Frozen):
     (None for a deleted file); rewards that must run tools on the code (ruff) use it.
     `num_tool_calls` and `num_turns` default to what `tool_calls` and `messages` show;
     the loop sets them explicitly when self-summarization dropped earlier turns.
+    `metadata` is free-form; the loop puts the task id, the stop reason and, under
+    :data:`COMPACTIONS_KEY`, the turns after which the context was condensed.
     """
 
     task: str

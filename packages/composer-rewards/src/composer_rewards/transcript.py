@@ -57,6 +57,24 @@ SHELL_WRITE = re.compile(
 )
 """A command that writes files: an edit made through the terminal."""
 
+
+_FIND_ACTS = re.compile(r"\bfind\b.*\s-(?:exec|execdir|ok|okdir|delete|fprint\w*|fls)\b")
+
+
+def may_write(command: str) -> bool:
+    """Whether `command` could have changed files: it writes (:data:`SHELL_WRITE`), runs a
+    command substitution (``$(...)``, backticks) or a ``find -exec``/``-delete``, or has a
+    part that neither looks around (``ls``, ``cat``, ``grep``, ``git diff``, ...) nor runs a
+    test suite (``python fix.py``, ``make``, ``bash -c ...`` could write anything). A test
+    run checks; it is not taken for an edit."""
+    if SHELL_WRITE.search(command) or _FIND_ACTS.search(command):
+        return True
+    if "$(" in command or "`" in command:
+        return True
+    segments = [seg for seg in _SEGMENTS.split(command) if seg.strip()]
+    return not all(_INSPECTION.match(seg) or TEST_COMMAND.match(seg) for seg in segments)
+
+
 _COUNT = r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)"
 _PYTEST_SUMMARY = re.compile(
     rf"^[=\s]*(?:no tests ran|{_COUNT}(?:, {_COUNT})*)\s+in\s+\d+(?:\.\d+)?s\b", re.MULTILINE

@@ -1,4 +1,9 @@
-"""Finding sandbox backends: built-ins, installed plugins, and ones registered at run time."""
+"""Finding sandbox backends: built-ins, installed plugins, and ones registered at run time.
+
+A `BackendRegistry` is a view of one plugin manager: a job's (composer-rl builds one per job
+and passes it down), or, for composer-infra used alone, `composer_infra.plugins`'
+process-wide standalone manager (`default_registry`).
+"""
 
 from __future__ import annotations
 
@@ -20,32 +25,35 @@ class UnknownBackend(LookupError):
 
 
 def add_sandbox_hooks(pm: pluggy.PluginManager) -> None:
-    """Add composer-infra's sandbox hookspecs and built-in backends to a plugin manager.
+    """Add the sandbox hookspecs (unless `pm` has them) and the built-in backends (unless
+    registered) to a plugin manager; calling it again changes nothing.
 
-    The composition root (composer-rl) calls this on the run's plugin manager; a
-    `BackendRegistry` made without one builds its own.
+    `composer_infra.plugins.add_infra_plugins` calls it with the store's counterpart.
     """
+    from composer_infra.plugins import SANDBOX_BUILTINS
     from composer_infra.sandbox.backends import builtin
 
-    pm.add_hookspecs(hookspecs)
-    if not pm.is_registered(builtin):
-        pm.register(builtin, name="composer_infra.sandbox.builtin")
+    if not hasattr(pm.hook, "composer_sandbox_backends"):
+        pm.add_hookspecs(hookspecs)
+    if not pm.is_registered(builtin) and not pm.has_plugin(SANDBOX_BUILTINS):
+        pm.register(builtin, name=SANDBOX_BUILTINS)
 
 
 class BackendRegistry:
-    """The backends the plugins of a plugin manager provide, by name."""
+    """The backends the plugins of a plugin manager provide, by name.
+
+    :param pm: the manager to look backends up in: a job's (the usual case), or None for a
+        new one of this registry's own (tests; `load_entry_points` says whether it gets the
+        installed plugins). The sandbox hooks and built-ins are added to `pm` if missing.
+    """
 
     def __init__(
         self, pm: pluggy.PluginManager | None = None, *, load_entry_points: bool = True
     ) -> None:
         if pm is None:
-            pm = pluggy.PluginManager(hookspecs.PROJECT)
-            add_sandbox_hooks(pm)
-            if load_entry_points:
-                try:
-                    pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-                except Exception:
-                    log.exception("loading the `composer` entry points failed; built-ins only")
+            from composer_infra.plugins import new_infra_manager
+
+            pm = new_infra_manager(load_entry_points=load_entry_points)
         else:
             add_sandbox_hooks(pm)
         self.pm = pm
@@ -107,12 +115,10 @@ class BackendRegistry:
         return {n: b for n, b in self.backends().items() if b.unavailable_reason() is None}
 
 
-_default: BackendRegistry | None = None
-
-
 def default_registry() -> BackendRegistry:
-    """A process-wide registry with the built-ins and installed plugins."""
-    global _default
-    if _default is None:
-        _default = BackendRegistry()
-    return _default
+    """The backends of composer-infra used without a job: a view of
+    `composer_infra.plugins.standalone_manager` (built once a process, with the built-ins
+    and the installed plugins). A job passes its own registry instead."""
+    from composer_infra.plugins import standalone_manager
+
+    return BackendRegistry(standalone_manager())

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
     from composer_infra.store.manifest import RankManifest, TensorEntry
     from composer_infra.store.objects import FileStore, ObjectStore
     from composer_infra.store.publisher import PublisherConfig, WeightPublisher, shard_names
-    from composer_infra.store.registry import BuiltinStores, make_plugin_manager, open_store
+    from composer_infra.store.registry import (
+        BuiltinStores,
+        add_store_hooks,
+        make_plugin_manager,
+        open_store,
+    )
     from composer_infra.store.retention import prune_versions
     from composer_infra.store.s3 import S3Store
     from composer_infra.store.subscriber import WeightSubscriber
@@ -41,7 +46,12 @@ _EXPORTS = {
     "composer_infra.store.manifest": ("RankManifest", "TensorEntry"),
     "composer_infra.store.objects": ("FileStore", "ObjectStore"),
     "composer_infra.store.publisher": ("PublisherConfig", "WeightPublisher", "shard_names"),
-    "composer_infra.store.registry": ("BuiltinStores", "make_plugin_manager", "open_store"),
+    "composer_infra.store.registry": (
+        "BuiltinStores",
+        "add_store_hooks",
+        "make_plugin_manager",
+        "open_store",
+    ),
     "composer_infra.store.retention": ("prune_versions",),
     "composer_infra.store.s3": ("S3Store",),
     "composer_infra.store.subscriber": ("WeightSubscriber",),
@@ -66,6 +76,7 @@ __all__ = [
     "WeightPublisher",
     "WeightStoreError",
     "WeightSubscriber",
+    "add_store_hooks",
     "hookimpl",
     "hookspec",
     "make_plugin_manager",

@@ -33,18 +33,30 @@ class BuiltinStores:
         return None
 
 
-def make_plugin_manager(*, load_entrypoints: bool = True) -> pluggy.PluginManager:
-    """A plugin manager with the store hookspecs, the built-ins and installed plugins.
+def add_store_hooks(pm: pluggy.PluginManager) -> None:
+    """Add the store hookspec (unless `pm` has it) and `BuiltinStores` (unless a plugin of
+    that name is registered) to a plugin manager; calling it again changes nothing.
 
-    The composition root (composer-rl) builds one manager for every domain; it calls
-    ``pm.add_hookspecs(composer_infra.store.hookspecs)`` and registers `BuiltinStores`.
+    `composer_infra.plugins.add_infra_plugins` calls it with the sandbox's counterpart.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    pm.add_hookspecs(hookspecs)
-    pm.register(BuiltinStores(), name="composer_infra.builtin_stores")
-    if load_entrypoints:
-        pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
-    return pm
+    from composer_infra.plugins import STORE_BUILTINS
+
+    if not hasattr(pm.hook, "composer_open_store"):
+        pm.add_hookspecs(hookspecs)
+    if not pm.has_plugin(STORE_BUILTINS):
+        pm.register(BuiltinStores(), name=STORE_BUILTINS)
+
+
+def make_plugin_manager(*, load_entrypoints: bool = True) -> pluggy.PluginManager:
+    """A new plugin manager with composer-infra's hookspecs and built-ins (and, with
+    `load_entrypoints`, the installed plugins): `composer_infra.plugins.new_infra_manager`.
+
+    For tests and composer-infra used alone; a job builds one manager for every plugin kind
+    (composer-rl) and passes it as ``open_store(url, plugin_manager=pm)``.
+    """
+    from composer_infra.plugins import new_infra_manager
+
+    return new_infra_manager(load_entry_points=load_entrypoints)
 
 
 def open_store(
@@ -53,10 +65,19 @@ def open_store(
     *,
     plugin_manager: pluggy.PluginManager | None = None,
 ) -> ObjectStore:
-    """The object store for `url` (``file://``, ``s3://``, a bare path, or a plugin scheme)."""
-    pm = plugin_manager or make_plugin_manager()
-    if not hasattr(pm.hook, "composer_open_store"):
-        pm.add_hookspecs(hookspecs)
+    """The object store for `url` (``file://``, ``s3://``, a bare path, or a plugin scheme).
+
+    :param plugin_manager: the manager whose ``composer_open_store`` plugins are asked: a
+        job's (composer-rl passes its one manager), or None for composer-infra used alone,
+        which asks `composer_infra.plugins.standalone_manager` (built once a process, never
+        rebuilt per call). The store hook and built-ins are added to it if missing.
+    """
+    if plugin_manager is None:
+        from composer_infra.plugins import standalone_manager
+
+        plugin_manager = standalone_manager()
+    pm = plugin_manager
+    add_store_hooks(pm)
     store = pm.hook.composer_open_store(url=url, options=dict(options or {}))
     if store is None:
         scheme = urlparse(url).scheme
@@ -67,4 +88,4 @@ def open_store(
     return store
 
 
-__all__ = ["BuiltinStores", "make_plugin_manager", "open_store"]
+__all__ = ["BuiltinStores", "add_store_hooks", "make_plugin_manager", "open_store"]

@@ -1,4 +1,5 @@
-"""The agent: its text format for tool calls, oracle demonstrations, and the episode runner."""
+"""The agent: its text format for tool calls, oracle demonstrations, the episode runner and
+its self-summarization (`composer_rl.agent.summarize`)."""
 
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, episode_view
 from composer_rl.agent.format import ToolCall, parse_output, render_call, render_prompt

@@ -15,7 +15,8 @@ What each behaviour plays:
 - recovering: the same opening; a wrong first attempt (`composer_rl.agent.mistakes`) that
   makes the visible tests fail, checked in a scratch sandbox before it is used; the failing
   run; the correction as a line edit; a passing run; a message that says what failed first
-  and what passes now.
+  and what passes now. `play_recovering_from` plays the same with a given attempt (the
+  policy's own, `composer_rl.agent.own_mistakes`, for stage one's second SFT round).
 - careless: read, the edits (or, in `careless_wrong` of them, a wrong attempt), finish with
   a message that describes the edit and claims no check; nothing is run.
 - todo_left / unchecked_message / reread: careful, with a TODO comment added by the fix
@@ -197,16 +198,24 @@ class Player:
 
 
 def visible_run(task: Task, files: dict[str, str], backend: str | None = None) -> ToolResult:
-    """The visible tests run in a scratch sandbox holding `files` (not recorded anywhere)."""
-    with Sandbox.create(sandbox_task(task, files), backend) as sandbox:
+    """The visible tests run in a scratch sandbox holding `files` (not recorded anywhere).
+
+    Stage one plays demonstrations outside any plugin job (it takes no plugin requests):
+    `backend` is looked up in composer-infra's standalone default."""
+    with Sandbox.create(sandbox_task(task, files), backend, registry=None) as sandbox:
         return sandbox.call("run", {"command": VISIBLE_TEST_COMMAND})
+
+
+def tests_failed(result: ToolResult) -> bool:
+    """Whether a visible-test run ran and some tests failed (an import or collection error
+    is not the failing test a mistake makes)."""
+    return not result.ok and result.data.get("exit_code") == TESTS_FAILED_EXIT_CODE
 
 
 def visible_tests_fail(task: Task, files: dict[str, str], backend: str | None = None) -> bool:
     """Whether the visible tests fail on `files` (ran, and some failed: an import or
     collection error is not the failing test a mistake makes)."""
-    result = visible_run(task, files, backend)
-    return not result.ok and result.data.get("exit_code") == TESTS_FAILED_EXIT_CODE
+    return tests_failed(visible_run(task, files, backend))
 
 
 def failing_attempt(
@@ -366,6 +375,40 @@ def play_demonstration(
     mix = mix or DemonstrationMix()
     planned = Behaviour(behaviour) if behaviour is not None else mix.behaviour_of(task.id)
     plan = plan_demonstration(task, mix, planned, backend)
+    return play_plan(task, plan, mix, backend, grade)
+
+
+def play_recovering_from(
+    task: Task, attempt: WrongAttempt, backend: str | None = None, grade: bool = False
+) -> Demonstration:
+    """A recovering demonstration that opens with `attempt` (e.g. the policy's own failed
+    attempt, `composer_rl.agent.own_mistakes`) instead of one `failing_attempt` chooses:
+    look around, the attempt, the failing visible run, the correction to the oracle's
+    state, the passing run, the message. The caller has checked that the visible tests fail
+    after `attempt` (`details["test_runs"]` shows what they printed here)."""
+    plan = Plan(
+        Behaviour.RECOVERING,
+        list(task.solution),
+        attempt,
+        {
+            "planned": Behaviour.RECOVERING.value,
+            "visible_tests": has_visible_tests(task),
+            "wrong": {"source": attempt.source, "what": attempt.what},
+        },
+    )
+    return play_plan(task, plan, backend=backend, grade=grade)
+
+
+def play_plan(
+    task: Task,
+    plan: Plan,
+    mix: DemonstrationMix | None = None,
+    backend: str | None = None,
+    grade: bool = False,
+) -> Demonstration:
+    """Play a planned demonstration in a sandbox (`plan_demonstration`, or a plan made
+    elsewhere, as `play_recovering_from`'s); `grade` grades its end state afterwards."""
+    mix = mix or DemonstrationMix()
     transcript = Transcript.start(task.instruction)
     with open_sandbox(task, backend) as sandbox:
         player = Player(sandbox, transcript)
@@ -386,6 +429,7 @@ def play_demonstration(
             **plan.details,
             "test_runs": [pytest_summary(r.output) for r in runs],
             "tests_passed_last": bool(runs) and runs[-1].ok,
+            "tests_failed_first": bool(runs) and tests_failed(runs[0]),
             "calls": [c.name for c in player.calls],
         },
     )

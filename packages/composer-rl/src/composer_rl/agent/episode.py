@@ -10,7 +10,7 @@ a fresh prefill would give. The sandboxes run the calls and, at the end, the hid
 in a thread pool so grading overlaps with decoding. An episode ends when the model calls
 `finish`, writes no call, runs out of turns, or its context would overflow; with a
 `SummaryConfig` it summarizes instead of overflowing, or (the baseline `mode="truncate"`)
-drops its oldest turns (`composer_rl.rl.summarize`).
+drops its oldest turns (`composer_rl.agent.summarize`).
 
 Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
 of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
@@ -20,16 +20,18 @@ batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollo
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from composer_infra.sandbox import Sandbox, TestReport
+from pydantic import BaseModel, ConfigDict, Field
+
+from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
 from composer_rewards import ToolCall as EpisodeToolCall
+from composer_rewards.episode import COMPACTIONS_KEY
 from composer_rl.agent.format import (
     END_OF_TURN,
     TOOL_CALL_END,
@@ -37,9 +39,13 @@ from composer_rl.agent.format import (
     parse_output,
     render_prompt,
 )
-from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, workspace_files
-from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
-from composer_rl.rl.summarize import (
+from composer_rl.agent.sandboxes import (
+    grade_sandbox,
+    open_sandbox,
+    unified_diff,
+    workspace_files,
+)
+from composer_rl.agent.summarize import (
     SUMMARY_REQUEST,
     SummaryConfig,
     condensed_prompt,
@@ -47,6 +53,7 @@ from composer_rl.rl.summarize import (
     summary_text,
     truncation_start,
 )
+from composer_rl.agent.transcript import Segment, Transcript, count_tokens, tool_output_text
 from composer_rl.tasks.model import Task
 
 
@@ -80,6 +87,9 @@ class EpisodeResult:
     # What each compaction carried into the condensed context beyond the task: the summary,
     # or the kept turns of a truncation (decoded), in order.
     compactions: list[str] = field(default_factory=list)
+    # The turn after which each compaction happened: calls of later turns no longer see the
+    # tool results before it (the `redundant_reads` reward forgets those reads).
+    compacted_after_turns: list[int] = field(default_factory=list)
 
     @property
     def records(self) -> list[TokenRecord]:
@@ -137,19 +147,36 @@ class TokenRecord:
         return len(self.routing)
 
 
-@dataclass
-class RunnerConfig:
-    max_turns: int = 8
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    backend: str | None = None
-    grading_workers: int = 4
-    record_routing: bool = False
-    summary: SummaryConfig | None = None  # self-summarization; None: an episode ends at its context
-    # Keep each episode's inference cache between its turns (an engine session per episode).
-    reuse_cache: bool = True
+class RunnerConfig(BaseModel):
+    """How the episode runner plays episodes. The defaults are evaluation's (greedy, no
+    summaries); RL's rollouts are a section of their own with theirs
+    (`composer_rl.rl.config.RolloutConfig`: temperature 1, router replay's routing, self
+    summaries)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int = Field(default=8, ge=1, description="model turns before an episode is cut")
+    max_new_tokens: int = Field(default=256, ge=1, description="tokens one turn may generate")
+    temperature: float = Field(default=0.0, ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling's mass")
+    seed: int = Field(default=0, description="seed of the sampling (per episode and turn)")
+    backend: str | None = Field(default=None, description="sandbox backend (none: bwrap)")
+    grading_workers: int = Field(
+        default=4, ge=1, description="sandboxes graded at once, beside the decoding"
+    )
+    record_routing: bool = Field(
+        default=False, description="record each token's experts (router replay needs them)"
+    )
+    summary: SummaryConfig | None = Field(
+        default=None,
+        description="self-summarization (`composer_rl.agent.summarize`); none: an episode "
+        "ends when its context is full",
+    )
+    reuse_cache: bool = Field(
+        default=True,
+        description="keep each episode's inference cache between its turns (an engine "
+        "session per episode)",
+    )
 
 
 @dataclass
@@ -163,21 +190,6 @@ class _Live:
     turn_starts: list[int] = field(default_factory=list)  # where each turn begins in `ids`
 
 
-def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
-    chunks: list[str] = []
-    for path in sorted(set(before) | set(after)):
-        old, new = before.get(path), after.get(path)
-        if old == new:
-            continue
-        chunks += difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            (new or "").splitlines(keepends=True),
-            fromfile=f"a/{path}" if old is not None else "/dev/null",
-            tofile=f"b/{path}" if new is not None else "/dev/null",
-        )
-    return "".join(chunks)
-
-
 class EpisodeRunner:
     """Drives many episodes through one engine; a batch (`run`) or a stream (`submit`/`poll`).
 
@@ -188,11 +200,18 @@ class EpisodeRunner:
     """
 
     def __init__(
-        self, engine: InferenceEngine, tokenizer: ComposerTokenizer, config: RunnerConfig
+        self,
+        engine: InferenceEngine,
+        tokenizer: ComposerTokenizer,
+        config: RunnerConfig,
+        backends: BackendRegistry | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
+        # Where `config.backend` is looked up: the job's (`JobPlugins.backends`); None,
+        # outside a job, is composer-infra's standalone default.
+        self.backends = backends
         special = tokenizer.special_ids
         self.stop_ids = [special[t] for t in (TOOL_CALL_END, END_OF_TURN, "<|endoftext|>")]
         self.summary_stop_ids = [special[t] for t in (END_OF_TURN, "<|endoftext|>")]
@@ -242,7 +261,7 @@ class EpisodeRunner:
             ids = transcript.encode(self.tokenizer)[0]
             result.record.add_context(ids)
             try:
-                sandbox = open_sandbox(task, self.config.backend)
+                sandbox = open_sandbox(task, self.config.backend, self.backends)
             except Exception as exc:  # infrastructure, not the policy: no reward, not a zero
                 result.stop_reason = "sandbox_error"
                 result.grading_error = f"sandbox did not open: {type(exc).__name__}: {exc}"
@@ -357,6 +376,7 @@ class EpisodeRunner:
         summary = self.config.summary
         if should_summarize(len(state.ids), self.config.max_new_tokens, done, summary):
             if summary is not None and summary.mode == "truncate":
+                assert summary.context_budget is not None  # should_summarize checked it
                 self._truncate(state, summary.context_budget)
                 self._submit(state)
                 return
@@ -376,6 +396,7 @@ class EpisodeRunner:
         result.transcript.segments.append(Segment("summary", text))
         result.summaries.append(summary_text(text))
         result.compactions.append(result.summaries[-1])
+        result.compacted_after_turns.append(state.turns)
         result.segments.append(result.record)
         result.record = TokenRecord()
         prompt = condensed_prompt(
@@ -401,6 +422,7 @@ class EpisodeRunner:
         result.segments.append(result.record)
         result.record = TokenRecord()
         result.compactions.append(self.tokenizer.decode(kept))
+        result.compacted_after_turns.append(state.turns)
         result.transcript.segments.append(Segment("prompt", prompt + result.compactions[-1]))
         state.ids = head + kept
         result.record.add_context(state.ids)
@@ -505,5 +527,6 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             "task_id": result.task.id,
             "stop_reason": result.stop_reason,
             "grading_failure": report.failure_reason if report is not None else None,
+            COMPACTIONS_KEY: list(result.compacted_after_turns),
         },
     )

@@ -9,6 +9,10 @@ which can say what no token swap can (the wrong file). A mutation is only a cand
 demonstration uses it only if the visible tests fail after it, which the caller checks in a
 sandbox, so no recovering demonstration "fixes" an edit the tests cannot tell from right.
 
+A fourth source is the policy itself (`"policy"`): the SFT policy's own failed episodes on
+training tasks, each turned into the edits from the original repository to its final one
+(`corrections`), for stage one's second SFT round (`composer_rl.agent.own_mistakes`).
+
 `line_edit` turns any two states of a file into the smallest unique `edit_file` between
 them, which is how the correction after a failing run is written (one line, as a developer
 would fix it, not the whole file again), and how a TODO comment joins the fix (`with_todo`).
@@ -29,7 +33,9 @@ from composer_rl.tasks.model import VISIBLE_TESTS_DIR, Edit, Task
 if TYPE_CHECKING:
     from composer_rl.tasks.templates.base import Template
 
-AttemptSource = Literal["template", "task", "mutation"]
+AttemptSource = Literal["template", "task", "mutation", "policy"]
+"""Where a wrong attempt comes from: a template's `wrong_edits`, a task's
+`metadata["wrong_edits"]`, a generic mutation, or the policy's own failed episode."""
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 from composer_rl.agent.format import END_OF_TURN, ToolCall
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
+from composer_rl.agent.summarize import SUMMARY_REQUEST, condensed_prompt
 from composer_rl.agent.transcript import Segment, Transcript, tool_output_text
-from composer_rl.rl.summarize import SUMMARY_REQUEST, condensed_prompt
 from composer_rl.tasks.model import Task
 
 FINISH_MESSAGE = "Done."

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 from rich.console import Console
 
 from composer_rl.cli._stage_args import (
-    add_common,
-    add_copy_warmup,
-    add_parallel,
-    add_phase,
+    STAGE1_SECTIONS,
+    add_stage_flags,
     preflight,
     progress,
     refuse_plugins,
@@ -28,18 +25,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Pretrain the policy on a corpus (default: this machine's Python standard "
             "library), with MTP joining mid-run, then continue at a longer sequence length "
-            "with YaRN. Finished phases are reused; a killed phase resumes."
+            "with YaRN. Finished phases are reused; a killed phase resumes. Settings: flags "
+            "(--section.field) over a TOML file (--config, the one stage1 and sft read) over "
+            "the defaults. [parallel] (--dp, --cp, --ep) runs the base phase under torchrun: "
+            "launch with `uv run python -m torch.distributed.run --nproc-per-node DPxCP -m "
+            "composer_rl.cli pretrain ...`; gloo on CPU, NCCL on GPUs; rank 0 writes metrics "
+            "and checkpoints."
         ),
     )
-    add_common(parser)
-    add_parallel(parser)
-    parser.add_argument("--corpus", type=Path, help="directory of text files or a .jsonl file")
+    add_stage_flags(parser, (*STAGE1_SECTIONS, "pretrain", "long_context", "parallel"))
     parser.add_argument(
         "--skip-long-context", action="store_true", help="stop after the base phase"
     )
-    add_copy_warmup(parser)
-    add_phase(parser, "pretrain", "base phase")
-    add_phase(parser, "long_context", "long-context phase")
     parser.set_defaults(handler=main)
 
 
@@ -52,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     # Then the run directory is marked (one writer: torchrun's rank 0), so that a plugin
     # request on it is refused with the reason even when the command stops later.
     if int(os.environ.get("RANK", "0")) == 0:
-        refuse_plugins(args.run_dir, "pretrain")
+        refuse_plugins(config.run_dir, "pretrain")
     from composer_parallel import init_distributed
 
     distributed = init_distributed()

@@ -46,16 +46,13 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from composer_rl.eval.baselines import baseline_scores
-    from composer_rl.rl.compare import (
-        comparison_rows,
-        heldout_tasks,
-        score_policy,
-        template_rows,
-    )
+    from composer_rl.eval.scores import score_policy
+    from composer_rl.plugins import JobPlugins
+    from composer_rl.progress import Show, StepProgress, phase_line
+    from composer_rl.rl.compare import comparison_rows, heldout_tasks, template_rows
     from composer_rl.rl.config import ConfigError, config_from_args
     from composer_rl.rl.plots import plot_comparison, plot_training
-    from composer_rl.rl.run import preflight, run_rl, runner_config
-    from composer_rl.stages.progress import Show, StepProgress, phase_line
+    from composer_rl.rl.run import preflight, run_rl
 
     if getattr(args, "cfg::ray_address", None) is None and os.environ.get(RAY_ADDRESS_ENV):
         setattr(args, "cfg::ray_address", os.environ[RAY_ADDRESS_ENV].strip())
@@ -67,6 +64,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     console = Console()
+    # The job's one plugin manager: the loop and the final comparison score with it, and
+    # look task sources, weight stores and sandbox backends up in it.
+    plugins = JobPlugins(config.plugin_run_config())
     show: Show = "lines" if args.no_progress else True
     phase_line("rl", f"starting the services ({'in this process' if config.local else 'Ray'})")
     with StepProgress("rl", config.loop.steps, show=show) as progress:
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                 else "",
             )
 
-        history = run_rl(config, on_step=on_step)
+        history = run_rl(config, on_step=on_step, plugins=plugins)
     run_dir = config.run_dir
     training_png = plot_training(run_dir)
     summary: dict[str, Any] = {"steps_this_call": len(history), "run_dir": str(run_dir)}
@@ -91,10 +91,12 @@ def main(args: argparse.Namespace) -> int:
         ) / len(history)
         summary["token_lag_mean"] = sum(r["token_lag_mean"] for r in history) / len(history)
     if config.eval.per_template:
-        tasks = heldout_tasks(config.eval.per_template, seed=0)
+        tasks = heldout_tasks(config.eval.per_template, seed=0, plugins=plugins)
         k = config.eval.pass_k_samples if config.eval.pass_k_samples > 1 else 0
-        k_tasks = heldout_tasks(min(config.eval.k_per_template, config.eval.per_template), seed=0)
-        runner = runner_config(config)
+        k_tasks = heldout_tasks(
+            min(config.eval.k_per_template, config.eval.per_template), seed=0, plugins=plugins
+        )
+        runner = config.rollout
         console.print(
             f"evaluating the SFT and the RL policy on {len(tasks)} held-out tasks (greedy)"
             + (f" and {len(k_tasks)} of them {k} times at temperature 1" if k else "")
@@ -105,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
             phase_line("evaluation", f"scoring the {name.upper()} policy ({path})")
             scores.append(
                 score_policy(name, path, tasks, runner=runner, samples_for_k=k, k_tasks=k_tasks,
-                             threads=config.threads, batch=config.eval.batch)
+                             threads=config.threads, batch=config.eval.batch, plugins=plugins)
             )  # fmt: skip
             phase_line(
                 "evaluation", f"{name.upper()} policy scored in {time.monotonic() - began:.0f} s"
@@ -113,7 +115,12 @@ def main(args: argparse.Namespace) -> int:
         began = time.monotonic()
         phase_line("evaluation", "scoring the do-nothing and random baselines (greedy)")
         baselines = baseline_scores(
-            tasks, runner, like=config.model, threads=config.threads, batch=config.eval.batch
+            tasks,
+            runner,
+            like=config.model,
+            threads=config.threads,
+            batch=config.eval.batch,
+            plugins=plugins,
         )
         phase_line("evaluation", f"baselines scored in {time.monotonic() - began:.0f} s")
         rows = comparison_rows(scores[0], scores[1], baselines=baselines)

@@ -1,4 +1,4 @@
-"""``composer-rl services check``: the command line of `composer_rl.services.check`.
+"""``composer-rl services check``: the command line of `composer_rl.rl.services.check`.
 
 Parses the arguments (placement, model, store, timeouts), runs the check (which starts
 the four services, drives one round through them and stops what it started) and prints
@@ -80,7 +80,7 @@ def _no_subcommand(parser: argparse.ArgumentParser) -> int:
 
 def parse_placement(specs: list[str]) -> dict[str, dict[str, float]]:
     """``["training=trainer_node", "inference=gpu:0.5"]`` -> `start_services` placement."""
-    from composer_rl.services import SERVICE_NAMES
+    from composer_rl.rl.services import SERVICE_NAMES
 
     placement: dict[str, dict[str, float]] = {}
     for spec in specs:
@@ -128,7 +128,7 @@ def check_main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from composer_infra.runtime import ClusterAuthError
-    from composer_rl.services.check import run_check
+    from composer_rl.rl.services.check import run_check
 
     console = Console()
     for flag, value in (

@@ -8,9 +8,7 @@ import json
 from rich.console import Console
 
 from composer_rl.cli._stage_args import (
-    add_common,
-    add_demonstrations,
-    add_phase,
+    add_stage_flags,
     preflight,
     progress,
     refuse_plugins,
@@ -23,11 +21,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "sft",
         help="SFT on oracle trajectories of the training split (after pretrain)",
+        description=(
+            "SFT on demonstrations of the training split, from the long-context phase's "
+            "model in the same run directory. Settings: flags (--section.field) over a TOML "
+            "file (--config, the one stage1 and pretrain read) over the defaults."
+        ),
     )
-    add_common(parser)
-    parser.add_argument("--max-tasks", dest="sft_max_tasks", type=int, help="demonstrations")
-    add_phase(parser, "sft", "SFT phase")
-    add_demonstrations(parser)
+    add_stage_flags(parser, ("run_dir", "preset", "threads", "sft"))
     parser.set_defaults(handler=main)
 
 
@@ -36,8 +36,6 @@ def main(args: argparse.Namespace) -> int:
     from composer_rl.stages.sft import run_sft
 
     config = stage1_config(args)
-    if args.sft_max_tasks:
-        config = config.model_copy(update={"sft_max_tasks": args.sft_max_tasks})
     preflight(config, "sft")
     if read_result(config.run_dir / config.sft.name) is None:
         require_phase(
@@ -46,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
             "run the pretrain and long-context phases first (`uv run composer-rl pretrain "
             f"--run-dir {config.run_dir}`), or give the --run-dir of a run that has them",
         )
-    refuse_plugins(args.run_dir, "sft")
+    refuse_plugins(config.run_dir, "sft")
     summary = run_sft(config, show_progress=progress(args))
     Console().print_json(json.dumps(summary))
     return 0

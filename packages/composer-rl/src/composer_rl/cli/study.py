@@ -55,6 +55,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="length-penalty, cpt-vs-rl, behaviour-reward: keep the runs of its variants here, and reuse the "
         "finished ones on a rerun (default: a temporary directory, deleted at the end)",
     )
+    parser.add_argument(
+        "--behaviour",
+        metavar="NAME",
+        help="behaviour-reward: the behaviour watched, with its monitor and matching reward: "
+        "reread (a file read again for nothing; redundant_reads) or todo_left (a TODO added; "
+        "unfinished) (default: reread)",
+    )
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     parser.set_defaults(handler=main)
 
@@ -92,17 +99,27 @@ def main(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         hint = "a model directory with tokenizer.json (e.g. runs/stage1/sft/final)"
         require_model_dir(args.checkpoint, "--checkpoint", hint)
+    if args.behaviour is not None and study.name != "behaviour-reward":
+        print(
+            f"composer-rl study {study.name}: --behaviour is an option of behaviour-reward only",
+            file=sys.stderr,
+        )
+        return 2
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads {args.threads}: must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    options = StudyOptions(
-        quick=args.quick,
-        seed=args.seed,
-        rl_run_dir=args.run_dir_of_rl,
-        checkpoint=args.checkpoint,
-        work_dir=args.work_dir,
-    )
+    try:
+        options = StudyOptions(
+            quick=args.quick,
+            seed=args.seed,
+            rl_run_dir=args.run_dir_of_rl,
+            checkpoint=args.checkpoint,
+            work_dir=args.work_dir,
+            **({"behaviour": args.behaviour} if args.behaviour is not None else {}),
+        )
+    except ValueError as error:  # StudyOptions validates the study settings
+        raise ConfigError(f"--behaviour {args.behaviour}: {error}") from error
     out = args.out or Path("runs/studies") / (study.name + ("-quick" if args.quick else ""))
     argv = ["study", study.name] + (["--quick"] if args.quick else [])
     if args.seed:
@@ -115,6 +132,8 @@ def main(args: argparse.Namespace) -> int:
         argv += ["--threads", str(args.threads)]
     if args.work_dir:
         argv += ["--work-dir", str(args.work_dir)]
+    if args.behaviour is not None:
+        argv += ["--behaviour", args.behaviour]
     if study.name == "kl-estimators" and args.run_dir_of_rl != Path("runs/rl"):
         argv += ["--run-dir-of-rl", str(args.run_dir_of_rl)]
     try:

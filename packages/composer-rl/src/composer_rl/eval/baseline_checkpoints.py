@@ -3,7 +3,7 @@
 A score means little until one knows what a policy that does nothing useful earns on the same
 tasks: an eval where finishing at once scores 0.5 is measuring the tasks, not the policy. So
 each baseline is written as a checkpoint directory, and everything that scores a checkpoint
-(`composer_rl.eval.evaluate.run_eval`, `composer_rl.rl.compare.score_policy`,
+(`composer_rl.eval.evaluate.run_eval`, `composer_rl.eval.scores.score_policy`,
 `composer-rl eval --checkpoint DIR`) scores a baseline through the same episode runner, the
 same sandboxes, the same hidden-test grading and the same reward plugins. There is no second
 episode loop to drift from the first.
@@ -15,7 +15,7 @@ episode loop to drift from the first.
 * ``random``: the reference checkpoint's architecture (its ``config.json``: same preset,
   same sizes) with freshly initialised weights under a fixed seed, and its tokenizer. It is
   a real model run by the real inference engine; it almost never writes a well-formed call.
-  Without a reference checkpoint, `composer_rl.rl.quick.random_checkpoint` (the two-layer
+  Without a reference checkpoint, `composer_rl.agent.quick.random_checkpoint` (the two-layer
   tiny preset) stands in.
 """
 
@@ -32,6 +32,7 @@ import torch
 from composer_model import ComposerModel, ComposerTokenizer, GenerationResult, ModelConfig
 from composer_model import save_pretrained as save_model
 from composer_rl.agent.format import ToolCall, render_call
+from composer_rl.agent.quick import random_checkpoint
 
 BaselineName = Literal["do_nothing", "random"]
 BASELINES: tuple[BaselineName, ...] = get_args(BaselineName)
@@ -106,8 +107,6 @@ def _reference(like: Path | None, directory: Path, seed: int) -> Path:
     `like`, or a quick random tiny checkpoint written under `directory`."""
     if like is not None:
         return Path(like)
-    from composer_rl.rl.quick import random_checkpoint
-
     return random_checkpoint(directory / "reference", seed=seed)
 
 
@@ -128,8 +127,6 @@ def random_checkpoint_like(directory: Path, like: Path | None = None, seed: int 
     weights initialised afresh under `seed`; returns `directory`."""
     directory = Path(directory)
     if like is None:
-        from composer_rl.rl.quick import random_checkpoint
-
         return random_checkpoint(directory, seed=seed)
     config = ModelConfig.from_hf_dict(json.loads((Path(like) / CONFIG_FILE).read_text()))
     torch.manual_seed(seed)

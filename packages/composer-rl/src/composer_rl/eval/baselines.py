@@ -1,7 +1,7 @@
 """Baseline scores for any comparison of policies: do-nothing and random, on the same tasks.
 
 `baseline_scores` scores the baselines of `composer_rl.eval.baseline_checkpoints` with
-`composer_rl.rl.compare.score_policy`, exactly as a trained checkpoint is scored (greedy
+`composer_rl.eval.scores.score_policy`, exactly as a trained checkpoint is scored (greedy
 pass@1, and with `samples_for_k` temperature-1 samples for pass@k), so a learning margin
 can be read against what a policy that does nothing useful earns on those tasks:
 
@@ -30,7 +30,8 @@ from composer_rl.eval.baseline_checkpoints import (
     baseline_checkpoint,
 )
 from composer_rl.eval.lift import Lift, lift_over_baselines
-from composer_rl.rl.compare import PolicyScores, score_policy
+from composer_rl.eval.scores import PolicyScores, score_policy
+from composer_rl.plugins import JobPlugins
 from composer_rl.tasks.model import Task
 
 
@@ -45,6 +46,7 @@ def baseline_scores(
     threads: int | None = None,
     batch: int = 32,
     seed: int = 0,
+    plugins: JobPlugins | None = None,
 ) -> dict[str, PolicyScores]:
     """{baseline name: its `PolicyScores`} on `tasks`, scored by `score_policy` with the same
     arguments a real checkpoint gets (`runner`, `samples_for_k`, `k_tasks`, `batch`).
@@ -52,7 +54,8 @@ def baseline_scores(
     `like` is the checkpoint being compared: the baselines take its tokenizer (so token
     counts compare) and the random one its architecture; without it, a random two-layer tiny
     checkpoint stands in for both. `seed` initialises the random weights. Every rate comes
-    with its standard error over tasks (`PolicyScores.pass1()` and the rest).
+    with its standard error over tasks (`PolicyScores.pass1()` and the rest). `plugins`: the
+    job's (rewards, monitors, sandbox backends), as `score_policy` takes them.
     """
     unknown = [name for name in which if name not in BASELINES]
     if unknown:
@@ -72,6 +75,7 @@ def baseline_scores(
                 k_tasks=k_tasks,
                 threads=threads,
                 batch=batch,
+                plugins=plugins,
             )
             # The temporary directory is gone after this call; say what the policy was.
             scores.checkpoint = f"{name} baseline (tokenizer of {like or 'a random tiny model'})"

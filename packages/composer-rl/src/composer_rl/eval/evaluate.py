@@ -11,8 +11,10 @@ The episodes run in steps of `tasks_per_step` tasks. With a `run_dir`, each step
 a plugin step boundary (`composer_rl.plugins.PluginSession`): `composer-rl plugins
 add|remove --run RUN_DIR` change the reward and monitor plugins of a running evaluation,
 each step's episodes are scored right after they finish, and one line a step goes to
-``RUN_DIR/metrics.jsonl``. The plugins are those of `composer_rl.plugins.build_plugin_manager`
-(built-ins, installed entry points, `plugin_config`'s specs and block list, configured).
+``RUN_DIR/metrics.jsonl``. The plugins are the job's `composer_rl.plugins.JobPlugins`
+(`EvalConfig.job`, or one built once from the plugin sections, `EvalConfig.plugin_run_config`:
+built-ins, installed entry points, the ``[plugins]`` specs and block list, configured): they
+score the episodes and the sandbox backend is looked up in them.
 
 Suites: `heldout` (the held-out split, sampled per template) and `bench` (the frozen
 CursorBench-style set of `composer_rl.eval.bench` plus the five side evals of
@@ -37,9 +39,10 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from pydantic import ConfigDict, Field, model_validator
 
 from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained, set_threads
 from composer_rewards import EpisodeScore, PluginScorer
@@ -54,33 +57,72 @@ from composer_rl.eval.baseline_checkpoints import (
 from composer_rl.eval.passk import pass_at_k
 from composer_rl.eval.side import SIDE_VERSION, InterruptingRunner, side_scores
 from composer_rl.eval.stats import mean_se
-from composer_rl.plugins import PluginSession, build_plugin_manager
-from composer_rl.stages.progress import Show, StepProgress
+from composer_rl.plugins import JobPlugins, PluginSections, PluginSession
+from composer_rl.progress import Show, StepProgress
 from composer_rl.tasks.model import Task
 
 
-@dataclass
-class EvalConfig:
-    samples: int = 1
-    k_values: tuple[int, ...] = (1,)
-    max_batch_size: int = 16
-    max_seq_len: int = 1024
-    runner: RunnerConfig | None = None
-    plugin_config: dict[str, Any] = field(default_factory=dict)
-    """The run configuration the plugins see: ``plugins`` (PluginSettings), ``rewards``,
-    ``monitors`` and any third-party plugin's section."""
-    run_dir: Path | None = None
-    """With one, plugin requests are applied between steps and metrics.jsonl is written."""
-    tasks_per_step: int = 0
-    show_progress: Show = "lines"
-    """Progress of the episodes as they are graded (`composer_rl.stages.progress.Show`):
-    plain lines by default, so a log file of a long scoring pass shows where it is."""
-    """Tasks per step (0: enough to fill one decode batch, max_batch_size // samples)."""
-    baselines: tuple[BaselineName, ...] = ()
-    """Baseline policies to score on the same tasks (`baseline_checkpoints.BASELINES`); their
-    summaries go under the report's ``baselines``. Empty by default: scoring them costs a
-    second and third pass over the tasks, which callers that compare two checkpoints of
-    their own (`composer_rl.rl.compare`) do not need on every call."""
+class EvalConfig(PluginSections):
+    """How episodes are played and scored: samples a task, pass@k, the engine's batch and
+    context, the runner, the plugins (`PluginSections`), and the baselines scored beside.
+
+    The defaults are the library's; `composer-rl eval` adds what to evaluate and changes
+    two of them (`composer_rl.cli.eval.EvalCommandConfig`: the baselines on, the runner's
+    temperature chosen from `samples`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    samples: int = Field(default=1, ge=1, description="episodes a task (n of pass@k)")
+    k_values: tuple[int, ...] = Field(
+        default=(1,), min_length=1, description="the k of pass@k, each at most `samples`"
+    )
+    max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
+    max_seq_len: int = Field(
+        default=1024, ge=64, description="the engine's context in tokens (episodes end there)"
+    )
+    runner: RunnerConfig | None = Field(
+        default=None,
+        description="how episodes are played (none: the default runner, greedy for one "
+        "sample a task and at temperature 0.8 for more)",
+    )
+    run_dir: Path | None = Field(
+        default=None,
+        description="with one, plugin requests (`composer-rl plugins add|remove --run`) apply "
+        "between steps and metrics.jsonl is written there",
+    )
+    tasks_per_step: int = Field(
+        default=0, ge=0, description="tasks a step (0: one decode batch, max_batch_size // samples)"
+    )
+    show_progress: Show = Field(
+        default="lines",
+        description="progress of the episodes as they are graded "
+        "(`composer_rl.progress.Show`): plain lines, so a log of a long pass shows "
+        "where it is",
+    )
+    baselines: tuple[BaselineName, ...] = Field(
+        default=(),
+        description="baseline policies scored on the same tasks (do_nothing, random), under "
+        "the report's `baselines`; none by default in the library: each costs another pass "
+        "over the tasks, which callers comparing two checkpoints of their own "
+        "(`composer_rl.rl.compare`) do not need",
+    )
+    job: JobPlugins | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description="the job's plugins (one manager for rewards, monitors and sandbox "
+        "backends), no setting: none, `run_eval` builds them once from the plugin sections "
+        "and its baselines share them",
+    )
+
+    @model_validator(mode="after")
+    def _k_within_samples(self) -> EvalConfig:
+        bad = [k for k in self.k_values if not 1 <= k <= self.samples]
+        if bad:
+            raise ValueError(
+                f"k_values: pass@k needs 1 <= k <= samples ({self.samples}); got {bad}"
+            )
+        return self
 
 
 BASELINE_KEYS = (
@@ -98,12 +140,16 @@ BASELINE_KEYS = (
 """What of a baseline's own summary the policy's report keeps."""
 
 
+def job_plugins(config: EvalConfig) -> JobPlugins:
+    """`config.job`, or the job's plugins built from the plugin sections."""
+    return config.job if config.job is not None else JobPlugins(config.plugin_run_config())
+
+
 def plugin_scorer(config: EvalConfig) -> PluginScorer:
-    """A scorer over the run's plugin manager, for scoring without a run directory."""
-    pm = build_plugin_manager(config.plugin_config)
-    session_settings = PluginSession.settings_of(config.plugin_config)
+    """A scorer over the job's plugin manager, for scoring without a run directory."""
+    session_settings = PluginSession.settings_of(config.plugin_run_config())
     return PluginScorer(
-        pm,
+        job_plugins(config).pm,
         strict=session_settings.strict,
         budget_s=session_settings.hook_budget_s,
         over_budget=session_settings.over_budget,
@@ -256,6 +302,8 @@ def run_eval(
         raise FileNotFoundError(
             f"{checkpoint}: no tokenizer.json; give a stage-one 'final' directory"
         )
+    plugins = job_plugins(config)
+    config = config.model_copy(update={"job": plugins})  # the baselines share the manager
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
     engine = policy_engine(checkpoint, tokenizer, config)
     runner_config = config.runner or RunnerConfig(temperature=0.0 if config.samples == 1 else 0.8)
@@ -265,7 +313,11 @@ def run_eval(
         results, scores = _run_steps(engine, tokenizer, runner_config, tasks, config, scorer)
     else:
         with PluginSession(
-            config.plugin_config, config.run_dir, command="eval", resume_after_finish=False
+            config.plugin_run_config(),
+            config.run_dir,
+            command="eval",
+            plugins=plugins,
+            resume_after_finish=False,
         ) as session:
             results, scores = _run_steps(
                 engine, tokenizer, runner_config, tasks, config, session.scorer, session
@@ -301,7 +353,7 @@ def baseline_summaries(
     those of `checkpoint` (a random tiny model's when `checkpoint` has no config.json)."""
     out: dict[str, dict[str, Any]] = {}
     seed = config.runner.seed if config.runner is not None else 0
-    plain = replace(config, baselines=(), run_dir=None)
+    plain = config.model_copy(update={"baselines": (), "run_dir": None})
     with tempfile.TemporaryDirectory(prefix="eval-baselines-") as tmp:
         for name in config.baselines:
             # do-nothing needs only the tokenizer; random needs the architecture too.
@@ -347,13 +399,16 @@ def _run_steps(
         for step, start in enumerate(range(0, len(tasks), per_step)):
             plugin_metrics = session.step_boundary(step) if session is not None else {}
             # A seed per step, so that sampled episodes of different steps differ.
-            step_runner = replace(runner_config, seed=runner_config.seed + 7919 * step)
+            step_runner = runner_config.model_copy(
+                update={"seed": runner_config.seed + 7919 * step}
+            )
             before = len(results)
 
             def graded(count: int, before: int = before) -> None:
                 progress.update(before + count)
 
-            chunk = InterruptingRunner(engine, tokenizer, step_runner).run(
+            backends = job_plugins(config).backends
+            chunk = InterruptingRunner(engine, tokenizer, step_runner, backends).run(
                 tasks[start : start + per_step], config.samples, on_episode=graded
             )
             chunk_scores = [scorer.score(episode_view(r, tokenizer)) for r in chunk]

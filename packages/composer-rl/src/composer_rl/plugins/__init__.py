@@ -8,13 +8,17 @@ A long-running job that scores or monitors episodes uses one :class:`PluginSessi
             score = plugins.score(episode)           # budgeted, per-plugin error capture
 
 A command that scores nothing calls :func:`refuse_plugin_requests` on its run directory.
+A job's one manager, built once, is its :class:`JobPlugins`: the session scores with it and
+sandbox backends, weight stores and task sources are looked up in it.
 Underneath: :func:`build_plugin_manager` (hookspecs, built-ins, entry points, configure),
 :class:`PluginRegistry` (requests, ``state.json``, restore after a restart) and
 :class:`composer_rewards.PluginScorer`.
 """
 
+from composer_rl.plugins.job import JobPlugins
 from composer_rl.plugins.manager import (
     HOOKSPEC_MODULES,
+    add_builtin_infra,
     add_hookspecs,
     build_plugin_manager,
     new_plugin_manager,
@@ -32,16 +36,19 @@ from composer_rl.plugins.requests import (
     submit,
 )
 from composer_rl.plugins.session import PluginSession, refuse_plugin_requests
-from composer_rl.plugins.settings import PluginSettings
+from composer_rl.plugins.settings import PluginSections, PluginSettings
 
 __all__ = [
     "HOOKSPEC_MODULES",
+    "JobPlugins",
     "JobState",
     "PluginEvent",
     "PluginRegistry",
     "PluginRequest",
+    "PluginSections",
     "PluginSession",
     "PluginSettings",
+    "add_builtin_infra",
     "add_hookspecs",
     "build_plugin_manager",
     "event_metrics",

@@ -2,10 +2,14 @@
 
 Each package owns the hookspecs of its domain; the composition root adds all of them to
 one pluggy ``PluginManager`` of project ``composer``, then registers, in order, the
-built-in plugins, the installed entry points of group ``composer``, and the specs listed
+built-in plugins (composer-rewards' rewards and monitors, composer-infra's sandbox backends
+and weight stores), the installed entry points of group ``composer``, and the specs listed
 in the run config, and finally calls the historic ``composer_configure`` hook so that
 every plugin, including those registered later while the job runs, sees the same
 configuration.
+
+This module is the only place in composer-rl that makes a ``PluginManager``; a job builds
+one, once, through `composer_rl.plugins.JobPlugins`, and every plugin kind is looked up in it.
 """
 
 from __future__ import annotations
@@ -66,6 +70,18 @@ def new_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
+def add_builtin_infra(pm: pluggy.PluginManager) -> None:
+    """composer-infra's built-in sandbox backends and weight stores, when it is installed."""
+    try:
+        from composer_infra.plugins import add_infra_plugins
+    except ModuleNotFoundError as error:
+        if error.name is not None and "composer_infra.plugins".startswith(error.name):
+            logger.debug("composer-infra is not installed: no sandbox backends or stores")
+            return
+        raise
+    add_infra_plugins(pm)
+
+
 def register_checked(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
     """Register `plugin` and undo it if it does not fit the hookspecs or its configure fails.
 
@@ -115,6 +131,7 @@ def build_plugin_manager(config: Mapping[str, Any] | None = None) -> pluggy.Plug
     for name, plugin in builtin_plugins().items():
         if name not in blocked:
             register_checked(pm, plugin, name)
+    add_builtin_infra(pm)  # before the entry points: a plugin's store or backend is asked first
     if settings.entry_points:
         for ep in iter_entry_points():
             if ep.name in blocked:

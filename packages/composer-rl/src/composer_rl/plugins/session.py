@@ -30,7 +30,7 @@ from typing import Any
 import pluggy
 
 from composer_rewards import Episode, EpisodeScore, PluginScorer
-from composer_rl.plugins.manager import build_plugin_manager
+from composer_rl.plugins.job import JobPlugins
 from composer_rl.plugins.registry import PluginRegistry, event_metrics
 from composer_rl.plugins.requests import JobState, PluginDirs, PluginEvent, write_json_atomic
 from composer_rl.plugins.settings import PluginSettings
@@ -44,6 +44,9 @@ class PluginSession:
     :param run_dir: where ``plugins/`` lives; ``composer-rl plugins --run RUN_DIR``.
     :param command: the job's command name, shown by ``composer-rl plugins list``.
     :param pm: a manager made by :func:`build_plugin_manager` already (default: build one).
+    :param plugins: the job's :class:`JobPlugins`, whose manager this session applies requests
+        to and scores with (default: ``JobPlugins(config, pm=pm)``). A job passes the one it
+        also looks backends, stores and task sources up in.
     :param resume_after_finish: replay the run-time changes of a predecessor that finished
         normally too (an RL run continued past its old end); ``False`` for a command whose
         rerun starts afresh (evaluation). A killed predecessor's are always replayed.
@@ -59,11 +62,15 @@ class PluginSession:
         *,
         command: str,
         pm: pluggy.PluginManager | None = None,
+        plugins: JobPlugins | None = None,
         resume_after_finish: bool = True,
     ) -> None:
         self.config = dict(config or {})
         self.settings = self.settings_of(self.config)
-        self.pm = pm if pm is not None else build_plugin_manager(self.config)
+        if plugins is not None and pm is not None and plugins.pm is not pm:
+            raise ValueError("pass the job's plugins or a manager, not two different ones")
+        self.plugins = plugins if plugins is not None else JobPlugins(self.config, pm=pm)
+        self.pm = self.plugins.pm
         self.registry = PluginRegistry(self.pm, run_dir, command=command)
         self.scorer = PluginScorer(
             self.pm,

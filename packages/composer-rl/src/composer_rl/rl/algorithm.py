@@ -21,7 +21,8 @@ This is the whole objective of the report's RL stage, in the order a step applie
    episode is not worth less per token than a short one).
 
 Everything here is deterministic and free of I/O so tests can check it against hand-computed
-values; `composer_rl.rl.trainer` applies it to a router-replayed forward pass.
+values; `composer_rl.rl.loss` applies it to the outputs of the router-replayed forward that
+`composer_rl.rl.trainer` runs.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
 from composer_rl.rl.algorithm import GroupAdvantages, group_advantages
 from composer_rl.rl.batch import Trajectory
+from composer_rl.rl.fates import Fate, fate_record
 from composer_rl.rl.lineage import STEP, VersionTree
 from composer_rl.rl.sampler import TaskSampler
 from composer_rl.tasks.model import Task
@@ -105,7 +106,10 @@ class OrchestratorConfig(BaseModel):
     max_off_policy_steps: int = Field(
         default=3, ge=0, description="drop a group whose oldest token is more versions behind"
     )
-    stale_policy: Literal["drop", "regenerate"] = "drop"
+    stale_policy: Literal["drop", "regenerate"] = Field(
+        default="drop",
+        description="a group past max_off_policy_steps: drop it, or generate its task again",
+    )
     drop_constant_groups: bool = Field(
         default=True, description="leave out groups whose rewards are all equal (no signal)"
     )
@@ -317,9 +321,13 @@ def _group_number(group_id: str) -> int:
     return int(head[1:]) if head[1:].isdigit() else 0
 
 
-def _group_task(group_id: str) -> str:
+def group_task(group_id: str) -> str:
     """The task id in a group id (``g000012-<task>``)."""
     return group_id.split("-", 1)[1]
+
+
+def _steps(n: int | None) -> str:
+    return f"{n} optimizer step{'' if n == 1 else 's'}"
 
 
 def assign_advantages(
@@ -357,6 +365,7 @@ class Orchestrator:
         on_step: Callable[[dict[str, Any]], None] | None = None,
         on_episode: Callable[[ScoredEpisode, str], None] | None = None,
         step_boundary: Callable[[int], None] | None = None,
+        on_fate: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
         self.sampler = sampler
@@ -372,6 +381,7 @@ class Orchestrator:
         self.on_step = on_step
         self.on_episode = on_episode
         self.step_boundary = step_boundary
+        self.on_fate = on_fate
         self.counters = LoopCounters()
         self.open: dict[str, _OpenGroup] = {}
         self.ready: deque[ReadyGroup] = deque()
@@ -400,27 +410,37 @@ class Orchestrator:
         newest: dict[str, str] = {}  # task -> its newest group
         for gid in ids:
             self._group_counter = max(self._group_counter, _group_number(gid))
-            newest[_group_task(gid)] = gid
+            newest[group_task(gid)] = gid
         resumed: list[ReadyGroup] = []
         for gid in ids:
-            task_id = _group_task(gid)
+            task_id = group_task(gid)
             if gid in self.consumed or gid in self.dropped:
                 continue
             if newest[task_id] != gid:
                 self.counters.groups_superseded += 1
                 self.dropped.add(gid)
+                self._fate(
+                    gid,
+                    task_id,
+                    "regenerated",
+                    f"superseded: its task was generated again as {newest[task_id]} before "
+                    "the kill, and of a task's groups only the newest counts",
+                    superseded_by=newest[task_id],
+                    resumed=True,
+                )
                 continue
             trajs = record_to_trajectories(self.groups.get(gid))
-            if self.config.drop_constant_groups and record_is_constant(
-                trajs, self.config.constant_by
-            ):
-                self.counters.groups_constant += 1
-                self.dropped.add(gid)
-                continue
-            ready = ready_from_trajectories(gid, task_id, trajs)
+            episodes: dict[str, Trajectory] = {t.episode_id: t for t in trajs}
+            ready = self._admit(
+                gid,
+                task_id,
+                trajs,
+                record_is_constant(trajs, self.config.constant_by),
+                [t.reward for t in episodes.values()],
+                [bool(t.metadata.get("solved")) for t in episodes.values()],
+                resumed=True,
+            )
             if ready is None:
-                self.counters.groups_untrainable += 1
-                self.dropped.add(gid)
                 continue
             ready.resumed = True
             resumed.append(ready)
@@ -495,18 +515,94 @@ class Orchestrator:
         self.counters.groups_finished += 1
         trajs, advantages = assign_advantages(group.episodes)
         self.groups.put(group_to_record(group.group_id, group.task.id, trajs))
-        if self.config.drop_constant_groups and group_is_constant(
-            group.episodes, advantages.constant, self.config.constant_by
-        ):
+        ready = self._admit(
+            group.group_id,
+            group.task.id,
+            trajs,
+            group_is_constant(group.episodes, advantages.constant, self.config.constant_by),
+            [e.reward for e in group.episodes],
+            [e.solved for e in group.episodes],
+        )
+        if ready is not None:
+            self.ready.append(ready)
+
+    def _admit(
+        self,
+        gid: str,
+        task_id: str,
+        trajs: list[Trajectory],
+        constant: bool,
+        rewards: list[float | None],
+        solved: list[bool],
+        resumed: bool = False,
+    ) -> ReadyGroup | None:
+        """A finished group ready for a batch, or None when it is left out, counted and its
+        fate recorded: no episode with a reward and a sampled token (infrastructure failed;
+        a group whose every episode lost its reward is that, not constant), or constant."""
+        ready = ready_from_trajectories(gid, task_id, trajs)
+        scored = [(r, s) for r, s in zip(rewards, solved, strict=True) if r is not None]
+        if ready is not None and not (self.config.drop_constant_groups and constant):
+            return ready
+        self.dropped.add(gid)
+        if scored and self.config.drop_constant_groups and constant:
             self.counters.groups_constant += 1
-            self.dropped.add(group.group_id)
+            by = self.config.constant_by
+            if by == "correctness":
+                outcome = "solved" if scored[0][1] else "failed"
+                why = (
+                    f"every episode with a reward {outcome} the task "
+                    "(loop.constant_by = correctness)"
+                )
+            else:
+                values = sorted({r for r, _ in scored})
+                why = f"its episodes' rewards are all equal ({values[0]:g})"
+            reason = (
+                f"left out as constant: {why}, so it carries no signal (loop.drop_constant_groups)"
+            )
+            self._fate(gid, task_id, "constant", reason, resumed=resumed)
+            return None
+        self.counters.groups_untrainable += 1
+        failed = len(rewards) - len(scored)
+        reason = (
+            f"no episode has both a reward and a sampled token: {failed} of {len(rewards)} "
+            "episodes got no reward (their sandbox or grader failed), and an episode without "
+            "a reward is never trained on nor scored as zero"
+            if failed
+            else "no episode has a sampled token to train on"
+        )
+        self._fate(gid, task_id, "infrastructure_failed", reason, resumed=resumed)
+        return None
+
+    def _fate(
+        self,
+        gid: str,
+        task_id: str,
+        fate: Fate,
+        reason: str,
+        *,
+        lag: int | None = None,
+        staleness: bool = False,
+        resumed: bool = False,
+        **extra: Any,
+    ) -> None:
+        """Record a group's fate as decided (`composer_rl.rl.fates`): at the steps done so
+        far, in the trainer's current life; with its lag and the bound where `staleness`."""
+        if self.on_fate is None:
             return
-        ready = ready_from_trajectories(group.group_id, group.task.id, trajs)
-        if ready is None:
-            self.counters.groups_untrainable += 1
-            self.dropped.add(group.group_id)
-            return
-        self.ready.append(ready)
+        if resumed:
+            extra["resumed"] = True
+        self.on_fate(
+            fate_record(
+                gid,
+                task_id,
+                fate,
+                step=self.step,
+                life=self.lineage.life,
+                reason=reason,
+                staleness=(lag, self.config.max_off_policy_steps) if staleness else None,
+                **extra,
+            )
+        )
 
     # --- trainer side -----------------------------------------------------------------
 
@@ -519,16 +615,40 @@ class Orchestrator:
             self.config.max_off_policy_steps,
             self.lineage,
         )
+        bound = self.config.max_off_policy_steps
         for group in stale:
             self.counters.groups_stale_dropped += 1
             self.dropped.add(group.group_id)
+            lag = group.lag(self.version, self.lineage)
+            why = (
+                f"its oldest token was {_steps(lag)} behind the trainer's weights when "
+                f"its turn came, more than loop.max_off_policy_steps = {bound}"
+                if lag is not None
+                else "tokens of it were sampled by weights the version tree cannot place"
+            )
             # A resumed group went stale because of the kill (lost steps, a queue longer
             # than the loop ever lets it be): its task is redone, never lost.
             if group.resumed:
                 self.counters.groups_resumed_regenerated += 1
-            if group.resumed or self.config.stale_policy == "regenerate":
+                why += "; queued again by a resume, the kill made it stale, so its task is redone"
+            elif self.config.stale_policy == "regenerate":
+                why += "; its task is generated again (loop.stale_policy = regenerate)"
+            else:
+                why += " (loop.stale_policy = drop)"
+            redo = group.resumed or self.config.stale_policy == "regenerate"
+            if redo:
                 self.counters.groups_regenerated += 1
                 self.reissue.append(self.sampler.tasks[group.task_id])
+            fate: Fate = "regenerated" if redo else "dropped_stale"
+            self._fate(
+                group.group_id,
+                group.task_id,
+                fate,
+                f"{'regenerated' if redo else 'dropped'} as stale: {why}",
+                lag=lag,
+                staleness=True,
+                resumed=group.resumed,
+            )
         if len(fresh) < self.config.groups_per_step or (self.config.sync and self.open):
             self.ready.extendleft(reversed(fresh))
             return None
@@ -551,6 +671,7 @@ class Orchestrator:
         poll: Future[Any] | None = None
         train: Future[Any] | None = None
         batch: list[ReadyGroup] = []
+        epoch_over = False
         idle_since = time.monotonic()
         step_began = time.monotonic()
         while self.step < self.config.steps:
@@ -574,6 +695,7 @@ class Orchestrator:
                     # The epoch is over: fewer than a batch of groups is left (they stay in
                     # the group store, untrained, and are counted).
                     self.counters.groups_left_at_end = len(self.ready)
+                    epoch_over = True
                     break
                 continue
             finished, _ = wait(
@@ -601,6 +723,7 @@ class Orchestrator:
                         "wait_for_version", self.version, self.config.call_timeout_s
                     ).result()
                 self.consumed |= {g.group_id for g in batch}
+                self._record_trained(batch)
                 row = self._step_row(stats, batch, time.monotonic() - step_began)
                 step_began = time.monotonic()
                 history.append(row)
@@ -612,7 +735,43 @@ class Orchestrator:
             train.result()
         if poll is not None:
             poll.result()
+        self._record_left_over(epoch_over)
         return history
+
+    def _record_trained(self, batch: list[ReadyGroup]) -> None:
+        trained = self.version - 1  # the weights the step was taken on
+        for group in batch:
+            lag = group.lag(trained, self.lineage)
+            self._fate(
+                group.group_id,
+                group.task_id,
+                "trained",
+                f"trained at step {self.step}: its oldest token was {_steps(lag)} behind the "
+                f"weights the step was taken on (at most "
+                f"loop.max_off_policy_steps = {self.config.max_off_policy_steps})",
+                lag=lag,
+                staleness=True,
+                resumed=group.resumed,
+            )
+
+    def _record_left_over(self, epoch_over: bool) -> None:
+        """The groups still queued when the run ends: untrained, in the group store; a run
+        resumed with more steps judges them again."""
+        n = len(self.ready)
+        why = (
+            f"the epoch ran out with {n} finished group(s) queued, fewer than a batch of "
+            f"loop.groups_per_step = {self.config.groups_per_step}"
+            if epoch_over
+            else f"the run reached loop.steps = {self.config.steps} before its turn"
+        )
+        for group in self.ready:
+            self._fate(
+                group.group_id,
+                group.task_id,
+                "left_over",
+                f"left over, not trained: {why}; a resume with more steps judges it again",
+                resumed=group.resumed,
+            )
 
     def _step_row(
         self, stats: dict[str, Any], batch: list[ReadyGroup], seconds: float

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from composer_rl.rl.jsonl import read_jsonl
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree, final_lineage, restarts
 
 
 def read_rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict[str, Any]]:
-    path = run_dir / name
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The whole lines of a run's log (a torn last line of a killed run left out)."""
+    return read_jsonl(run_dir / name)
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

@@ -8,6 +8,8 @@ The run directory is the single source of truth::
                            supersedes steps its killed predecessor logged
     checkpoints/           the trainer's step checkpoints (model, Adam, RNG, loop state)
     groups/                every finished group, written once (group-level checkpoint)
+    groups/fates.jsonl     every finished group's fate as the loop decided it (trained,
+                           dropped as stale, constant, ...), and a restart line at each resume
     sampler.json           the tasks already handed out (single epoch across resumes)
     weights/               the file:// weight store (unless --store names another)
     episodes/episodes.jsonl  one line per episode (reward components, flags, versions, text)
@@ -18,7 +20,8 @@ its latest step checkpoint, the orchestrator with the groups no checkpointed ste
 (those the lost steps trained too, judged for staleness on the version tree,
 `composer_rl.rl.lineage`). The steps logged after the restored one are superseded: the
 restart line says so, and `lineage.final_lineage` reads the steps the final policy
-descends from.
+descends from. The fate log's restart line voids the fates the killed run decided after its
+checkpoint; the resumed run decides them again (`composer_rl.rl.fates`).
 """
 
 from __future__ import annotations
@@ -26,29 +29,36 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from composer_infra.checkpoint import GroupStore
-from composer_model import ComposerTokenizer, OptimConfig
+from composer_model import ComposerTokenizer
 from composer_parallel import ParallelDims
-from composer_rl.agent.episode import RunnerConfig
 from composer_rl.errors import require_model_dir
-from composer_rl.plugins import PluginSession
+from composer_rl.plugins import JobPlugins, PluginSession
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
+from composer_rl.rl.fates import FATES_LOG, FateLog
+from composer_rl.rl.jsonl import cut_torn_tail, read_jsonl
 from composer_rl.rl.lineage import RESTART, VersionTree, final_lineage
-from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode
+from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode, group_task
 from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
-from composer_rl.rl.summarize import SummaryConfig
-from composer_rl.services.evaluation import EvaluationService
-from composer_rl.services.inference import InferenceService
-from composer_rl.services.training import TrainingConfig, TrainingService
-from composer_rl.stages.config import ParallelConfig
-from composer_rl.tasks import DirectoryTaskSource, Split, TaskMix, collect_tasks, sample_tasks
+from composer_rl.rl.services.evaluation import EvaluationService
+from composer_rl.rl.services.inference import InferenceService
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
+from composer_rl.tasks import (
+    BuiltinTaskSource,
+    DirectoryTaskSource,
+    Split,
+    TaskMix,
+    TaskSource,
+    collect_tasks,
+    sample_tasks,
+)
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
 
@@ -130,30 +140,36 @@ def _rank_zero(futures: list[Future[Any]]) -> Future[Any]:
     return out
 
 
-def training_tasks(config: RLConfig) -> list[Task]:
-    sources = [DirectoryTaskSource("user", config.tasks.source)] if config.tasks.source else None
-    tasks = collect_tasks(Split.TRAIN, sources=sources)
-    if sources is None:  # the built-in validation tasks stay out: settings are chosen on them
-        tasks = [t for t in tasks if not is_validation(t)]
+class BuiltinTrainingSource(BuiltinTaskSource):
+    """The built-in templates' tasks without the validation split carved from their training
+    split (settings are chosen on those, so RL never trains on them)."""
+
+    def tasks(self, split: Split) -> Iterator[Task]:
+        return (t for t in super().tasks(split) if not is_validation(t))
+
+
+def training_sources(config: RLConfig) -> list[TaskSource]:
+    """The run's own task sources: `tasks.source`, or else the built-in templates unless
+    `tasks.builtin` is false. The job's plugin task sources are added to these."""
+    if config.tasks.source:
+        return [DirectoryTaskSource("user", config.tasks.source)]
+    return [BuiltinTrainingSource()] if config.tasks.builtin else []
+
+
+def training_tasks(config: RLConfig, plugins: JobPlugins) -> list[Task]:
+    """The training split of `training_sources` and of the job's plugin task sources."""
+    tasks = collect_tasks(Split.TRAIN, training_sources(config), pm=plugins.pm)
     if config.tasks.per_template:
         tasks = sample_tasks(tasks, config.tasks.per_template, seed=config.seed)
     if not tasks:
-        raise ValueError("no training tasks found; check tasks.source")
+        raise ValueError(
+            "no training tasks found; check tasks.source, tasks.builtin and the plugins' "
+            "task sources (`composer_task_sources`)"
+        )
     return tasks
 
 
-def plugin_config(config: RLConfig) -> dict[str, Any]:
-    """What plugins see in `composer_configure`: the plugin sections and the free-form
-    `[plugin_config]` table at the top level (a third-party plugin reads its own key)."""
-    return {
-        **config.plugin_config,
-        "plugins": config.plugins.model_dump(),
-        "rewards": dict(config.rewards),
-        "monitors": dict(config.monitors),
-    }
-
-
-def anchor_source(config: RLConfig) -> tuple[str | None, int]:
+def anchor_source(config: RLConfig) -> tuple[Path | None, int]:
     """The SFT anchor's demonstrations file and end-of-text id (None: the anchor is off).
 
     By default the demonstrations the policy's stage-one run made (MODEL/../../), whose
@@ -164,8 +180,8 @@ def anchor_source(config: RLConfig) -> tuple[str | None, int]:
     if config.train.ranks > 1:
         raise ValueError(
             f"loss.anchor_weight = {config.loss.anchor_weight} runs in one training process "
-            f"only, and train.dp x train.cp is {config.train.ranks}: set loss.anchor_weight = 0 "
-            "or train.dp = train.cp = 1"
+            f"only, and train.parallel.dp x cp is {config.train.ranks}: set "
+            "loss.anchor_weight = 0 or train.parallel.dp = train.parallel.cp = 1"
         )
     path = config.train.anchor_data or config.model.parent.parent / "sft_tokens.pt"
     if not path.is_file():
@@ -175,51 +191,15 @@ def anchor_source(config: RLConfig) -> tuple[str | None, int]:
             "loss.anchor_weight = 0"
         )
     tokenizer = ComposerTokenizer.from_file(config.model / "tokenizer.json")
-    return str(path), tokenizer.eos_id
+    return path, tokenizer.eos_id
 
 
-def training_config(config: RLConfig) -> TrainingConfig:
+def trainer_config(config: RLConfig) -> TrainingConfig:
+    """The run's ``[train]`` section with the SFT anchor's demonstrations found
+    (`anchor_source`): what the training service is built with."""
     anchor_data, anchor_eos_id = anchor_source(config)
-    return TrainingConfig(
-        optim=OptimConfig(
-            lr=config.train.lr,
-            weight_decay=config.train.weight_decay,
-            grad_clip=config.train.grad_clip,
-            warmup_steps=config.train.warmup_steps,
-            min_lr_ratio=1.0,
-        ),
-        checkpoint_every=config.train.checkpoint_every,
-        publish_dtype=config.train.publish_dtype,
-        seed=config.seed,
-        threads=config.threads,
-        rl=config.loss,
-        reference=True,
-        parallel=ParallelConfig(
-            dp=config.train.dp, cp=config.train.cp, ep=config.train.ep, cp_mode=config.train.cp_mode
-        ),
-        anchor_data=anchor_data,
-        anchor_eos_id=anchor_eos_id,
-    )
-
-
-def runner_config(config: RLConfig) -> RunnerConfig:
-    r = config.rollout
-    return RunnerConfig(
-        max_turns=r.max_turns,
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        seed=config.seed,
-        backend=config.sandbox,
-        grading_workers=r.grading_workers,
-        record_routing=r.record_routing,
-        summary=SummaryConfig(
-            context_budget=r.summary_budget,
-            summary_tokens=r.summary_tokens,
-            max_summaries=r.max_summaries,
-            mode=r.summary_mode,
-        )
-        if r.summary_budget is not None
-        else None,
+    return config.train.model_copy(
+        update={"anchor_data": anchor_data, "anchor_eos_id": anchor_eos_id}
     )
 
 
@@ -231,10 +211,15 @@ class RunHandles:
     stop: Callable[[], None]
 
 
-def start_local(config: RLConfig, store_url: str) -> RunHandles:
-    """Both services in this process (tests, debugging): one thread each."""
+def start_local(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandles:
+    """Both services in this process (tests, debugging): one thread each, all looking
+    plugins up in the job's one manager."""
     trainer = TrainingService(
-        config.model, store_url, config.run_dir / "checkpoints", training_config(config)
+        config.model,
+        store_url,
+        config.run_dir / "checkpoints",
+        trainer_config(config),
+        plugins=plugins,
     )
     inference = InferenceService(
         config.model,
@@ -244,8 +229,9 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
         threads=config.threads,
         max_seq_len=config.rollout.max_seq_len,
         compile_decode=config.rollout.compile_decode,
+        plugins=plugins,
     )
-    evaluation = EvaluationService(config.model, store_url, threads=config.threads)
+    evaluation = EvaluationService(config.model, store_url, threads=config.threads, plugins=plugins)
     t, r, e = LocalEndpoint(trainer), LocalEndpoint(inference), LocalEndpoint(evaluation)
 
     def stop() -> None:
@@ -259,18 +245,19 @@ def start_local(config: RLConfig, store_url: str) -> RunHandles:
     return RunHandles(t, r, e, stop)
 
 
-def start_ray(config: RLConfig, store_url: str) -> RunHandles:
-    """Training and inference as Ray actors (local instance, or `ray_address`)."""
+def start_ray(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandles:
+    """Training and inference as Ray actors (local instance, or `ray_address`); each builds
+    the job's manager from its plugin configuration (`JobPlugins` pickles as that)."""
     import ray
 
-    from composer_rl.services.launch import start_services
+    from composer_rl.rl.services.launch import start_services
 
     services = start_services(
         config.model,
         config.run_dir,
         address=config.ray_address,
         store_url=store_url,
-        training=training_config(config),
+        training=trainer_config(config),
         max_batch_size=config.rollout.max_batch_size,
         threads=config.threads,
         inference_options={
@@ -278,6 +265,7 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
             "max_seq_len": config.rollout.max_seq_len,
             "compile_decode": config.rollout.compile_decode,
         },
+        plugins=plugins,
     )
 
     def stop() -> None:
@@ -295,13 +283,17 @@ def start_ray(config: RLConfig, store_url: str) -> RunHandles:
 
 
 class RunLog:
-    """metrics.jsonl and episodes/episodes.jsonl, appended line by line."""
+    """metrics.jsonl, episodes/episodes.jsonl and groups/fates.jsonl, appended line by line
+    (a line a killed predecessor left half-written is cut off first)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         (run_dir / EPISODES_LOG).parent.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", EPISODES_LOG):
+            cut_torn_tail(run_dir / name)
         self.metrics = (run_dir / "metrics.jsonl").open("a")
         self.episodes = (run_dir / EPISODES_LOG).open("a")
+        self.fates = FateLog(run_dir / FATES_LOG)
 
     def step(self, row: dict[str, Any]) -> None:
         self.metrics.write(json.dumps(row, default=str) + "\n")
@@ -317,8 +309,7 @@ class RunLog:
         finished, or checkpointed every step) continues one lineage: no line, only the
         `life` of its steps says it restarted."""
         self.metrics.flush()
-        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines()
-        before = [json.loads(x) for x in lines if x.strip()]
+        before = read_jsonl(self.run_dir / "metrics.jsonl")
         lost = [r for r in final_lineage(before) if int(r["step"]) > orchestrator.step]
         if not lost:
             return None
@@ -345,6 +336,32 @@ class RunLog:
         self.step(record)
         return record
 
+    def resume_fates(self, resumed: dict[str, Any], lineage: VersionTree) -> dict[str, Any] | None:
+        """Mark a resume in the fate log (`FateLog.restart`): the fates the killed run
+        decided after the restored checkpoint are voided, to be decided again. Written at
+        every resume of a trainer restored from a checkpoint (or a store) and whenever the
+        log holds lines; a run's first start writes nothing."""
+        if not resumed["restored"] and not (self.run_dir / FATES_LOG).stat().st_size:
+            return None
+        from_step = int(resumed["step"])
+        rows = final_lineage(read_jsonl(self.run_dir / "metrics.jsonl"))
+        loop = resumed["loop"]
+        return self.fates.restart(
+            from_step=from_step,
+            life=lineage.life,
+            version=int(resumed["version"]),
+            restored_version=lineage.lives[-1].restored_version if resumed["restored"] else None,
+            consumed=loop.get("consumed", []),
+            dropped=loop.get("dropped", []),
+            trained_at={
+                gid: int(row["step"])
+                for row in rows
+                if int(row["step"]) <= from_step
+                for gid in row.get("trained_groups", [])
+            },
+            task_of=group_task,
+        )
+
     def evaluation(self, row: dict[str, Any]) -> None:
         with (self.run_dir / "eval.jsonl").open("a") as out:
             out.write(json.dumps(row) + "\n")
@@ -356,6 +373,7 @@ class RunLog:
     def close(self) -> None:
         self.metrics.close()
         self.episodes.close()
+        self.fates.close()
 
 
 class PeriodicEvaluation:
@@ -363,15 +381,24 @@ class PeriodicEvaluation:
     held-out tasks; the loop does not wait for it (one evaluation in flight at a time)."""
 
     def __init__(
-        self, config: RLConfig, endpoint: LocalEndpoint | RayEndpoint, tokenizer: str, log: RunLog
+        self,
+        config: RLConfig,
+        endpoint: LocalEndpoint | RayEndpoint,
+        tokenizer: str,
+        log: RunLog,
+        plugins: JobPlugins,
     ) -> None:
         self.every = config.eval.every
         self.endpoint = endpoint
         self.tokenizer = tokenizer
         self.log = log
-        self.runner = runner_config(config)
+        self.runner = config.rollout
         self.tasks = (
-            sample_tasks(collect_tasks(Split.HELDOUT), config.eval.during_per_template, seed=0)
+            sample_tasks(
+                collect_tasks(Split.HELDOUT, pm=plugins.pm),
+                config.eval.during_per_template,
+                seed=0,
+            )
             if self.every
             else []
         )
@@ -396,20 +423,21 @@ class PeriodicEvaluation:
 def preflight(config: RLConfig) -> None:
     """Every check of `config` that needs no service, run before any starts: a ConfigError
     that names the setting to change (the CLI prints it as one line and exits with 2)."""
-    if config.local and config.train.ranks > 1:
+    parallel = config.train.parallel
+    if config.local and parallel.world_size > 1:
         raise ConfigError(
-            f"--train.dp {config.train.dp} x --train.cp {config.train.cp} needs one training "
-            "process a rank, joined in a process group: run on Ray (drop --local true)"
+            f"--train.parallel.dp {parallel.dp} x --train.parallel.cp {parallel.cp} needs one "
+            "training process a rank, joined in a process group: run on Ray (drop --local true)"
         )
     try:
-        ParallelDims(dp=config.train.dp, cp=config.train.cp, ep=config.train.ep)
+        ParallelDims(dp=parallel.dp, cp=parallel.cp, ep=parallel.ep)
     except ValueError as error:
-        raise ConfigError(f"train.ep: {error}") from None
-    if config.loop.groups_per_step * config.loop.group_size < config.train.dp:
+        raise ConfigError(f"train.parallel.ep: {error}") from None
+    if config.loop.groups_per_step * config.loop.group_size < parallel.dp:
         raise ConfigError(
             f"a step of {config.loop.groups_per_step} groups of {config.loop.group_size} "
-            f"episodes cannot feed --train.dp {config.train.dp} ranks (each needs a sequence); "
-            "raise loop.groups_per_step or loop.group_size"
+            f"episodes cannot feed --train.parallel.dp {parallel.dp} ranks (each needs a "
+            "sequence); raise loop.groups_per_step or loop.group_size"
         )
     require_model_dir(
         config.model,
@@ -433,8 +461,14 @@ def run_rl(
     *,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     step_boundary: Callable[[int], None] | None = None,
+    plugins: JobPlugins | None = None,
 ) -> list[dict[str, Any]]:
-    """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call."""
+    """Run (or resume) the asynchronous RL loop; returns the per-step metrics of this call.
+
+    `plugins` are the job's (default: ``JobPlugins(config.plugin_run_config())``): one manager,
+    built once, that scores episodes and in which the task sources, the weight store and
+    the sandbox backends are looked up.
+    """
     preflight(config)
     model_dir = config.model
     tokenizer_path = model_dir / "tokenizer.json"
@@ -443,7 +477,8 @@ def run_rl(
     (run_dir / "config.toml").write_text(to_toml(config))
     store_url = config.store or (run_dir / "weights").resolve().as_uri()
     tokenizer = ComposerTokenizer.from_file(tokenizer_path)
-    plugins = PluginSession(plugin_config(config), run_dir, command="rl")
+    job = plugins if plugins is not None else JobPlugins(config.plugin_run_config())
+    session = PluginSession(job.config, run_dir, command="rl", plugins=job)
     upsampling = (
         UpsamplingConfig(
             after_fraction=config.loop.upsample_hard_after,
@@ -454,22 +489,26 @@ def run_rl(
     )
     mix = TaskMix(weights=config.tasks.mix) if config.tasks.mix is not None else TaskMix()
     sampler = TaskSampler(
-        training_tasks(config),
+        training_tasks(config, job),
         config.seed,
         upsampling,
         state_path=run_dir / "sampler.json",
         mix=mix,
         learnability=LearnabilityConfig() if config.loop.learnability else None,
     )
-    handles = start_local(config, store_url) if config.local else start_ray(config, store_url)
+    handles = (
+        start_local(config, store_url, job) if config.local else start_ray(config, store_url, job)
+    )
     log = RunLog(run_dir)
     try:
         resumed = handles.trainer.call("resume_state").result()
         handles.rollout.call("sync").result()
-        handles.rollout.call("start_rollouts", str(tokenizer_path), runner_config(config)).result()
+        handles.rollout.call("start_rollouts", str(tokenizer_path), config.rollout).result()
         loop_state = resumed["loop"]
         lineage = VersionTree.from_dict(resumed["lineage"])
-        periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log)
+        periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log, job)
+        # Before the orchestrator's own resume records what it decides again.
+        log.resume_fates(resumed, lineage)
 
         first_boundary: dict[str, float] = {}
 
@@ -478,9 +517,9 @@ def run_rl(
             # between steps; the events go into this step's metrics line.
             row.update(first_boundary)
             first_boundary.clear()
-            row.update(plugins.step_boundary(int(row["step"])))
+            row.update(session.step_boundary(int(row["step"])))
             row["plugins_registered"] = sorted(
-                name for name, _ in plugins.pm.list_name_plugin() if name
+                name for name, _ in session.pm.list_name_plugin() if name
             )
             log.step(row)
             periodic.after_step(int(row["version"]))
@@ -493,7 +532,7 @@ def run_rl(
             GroupStore(run_dir / "groups"),
             handles.rollout,
             handles.trainer,
-            lambda raw: score_result(raw, plugins.score, tokenizer),
+            lambda raw: score_result(raw, session.score, tokenizer),
             start_step=int(resumed["step"]),
             start_version=int(resumed["version"]),
             lineage=lineage,
@@ -502,12 +541,13 @@ def run_rl(
             on_step=step_done,
             on_episode=log.episode,
             step_boundary=step_boundary,
+            on_fate=log.fates.record,
         )
         if resumed["restored"]:
             log.restart(orchestrator, lineage.lives[-1].restored_version)
         # Requests queued before the first step, and a killed predecessor's run-time
         # plugins restored: recorded in the first step's metrics line.
-        first_boundary.update(plugins.step_boundary(orchestrator.step))
+        first_boundary.update(session.step_boundary(orchestrator.step))
         history = orchestrator.run()
         periodic.finish()
         # With what the loop decided after its last step (groups dropped since, the counts).
@@ -515,7 +555,7 @@ def run_rl(
         final = run_dir / "final"
         handles.trainer.call("export", str(final)).result()
         shutil.copy(tokenizer_path, final / "tokenizer.json")
-        plugins.close()  # finished: later plugin requests on this run are refused
+        session.close()  # finished: later plugin requests on this run are refused
         return history
     finally:
         log.close()
@@ -523,10 +563,12 @@ def run_rl(
 
 
 __all__ = [
+    "BuiltinTrainingSource",
     "LocalEndpoint",
     "RankGroupEndpoint",
     "RayEndpoint",
     "RunLog",
     "run_rl",
+    "training_sources",
     "training_tasks",
 ]

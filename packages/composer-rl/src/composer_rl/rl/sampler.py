@@ -16,28 +16,53 @@ import json
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from composer_infra.checkpoint import atomic_write_bytes
 from composer_rl.tasks.mix import TaskMix, mix_metrics
 from composer_rl.tasks.model import Category, Task
 
 
-@dataclass(frozen=True)
-class UpsamplingConfig:
-    after_fraction: float = 0.5  # start favouring hard kinds after this share of the draws
-    strength: float = 1.0  # weight = 1 + strength * (normalised difficulty of the kind)
-    # The draws the run plans (an RL run: steps x groups a step); None: the whole epoch.
-    # A run draws a few hundred of thousands of tasks, so a share of the epoch would start
-    # upsampling long after the run ended (it did, before this field).
-    planned_draws: int | None = None
+class UpsamplingConfig(BaseModel):
+    """Favouring hard kinds of task later in a run (`composer-rl rl`'s
+    ``loop.upsample_hard_after``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after_fraction: float = Field(
+        default=0.5, ge=0, le=1, description="start favouring hard kinds after this share"
+    )
+    strength: float = Field(
+        default=1.0, ge=0, description="weight = 1 + strength x (normalised difficulty)"
+    )
+    planned_draws: int | None = Field(
+        default=None,
+        ge=1,
+        description="the draws the run plans (an RL run: steps x groups a step); none: the "
+        "whole epoch. A run draws a few hundred of thousands of tasks, so a share of the "
+        "epoch would start upsampling long after the run ended (it did, before this field)",
+    )
 
 
-@dataclass(frozen=True)
-class LearnabilityConfig:
-    prior: float = 1.0  # pseudo-episodes solved and failed that every template starts with
-    floor: float = 0.1  # the least weight a template gets (never starved: p can change)
+class LearnabilityConfig(BaseModel):
+    """Weighting draws by how much a template's groups can teach (`composer-rl rl`'s
+    ``loop.learnability``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prior: float = Field(
+        default=1.0,
+        gt=0,
+        description="pseudo-episodes solved and failed that every template starts with",
+    )
+    floor: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="the least weight a template gets (never starved: p can change)",
+    )
 
 
 def learnability_key(task: Task) -> str:

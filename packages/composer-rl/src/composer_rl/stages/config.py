@@ -3,25 +3,32 @@
 Defaults are sized for the `tiny` preset on a 2-core CPU box. A phase is defined by its
 step count: it runs every step however busy the machine is, so the same config gives the
 same policy on a fast box and a loaded one. A wall-clock budget is an explicit opt-in
-(`time_limit_s`, `--<phase>-time-limit`; default none). Every field can be changed from
-the command line (`composer-rl pretrain --help`).
+(`time_limit_s`, `--<phase>.time-limit-s`; default none).
 
-The optimizer settings are `composer_model.OptimConfig` (re-exported here), the one
-optimizer configuration the stages and the training service share. The SFT
-demonstrations' mix of behaviours is `composer_rl.agent.behaviours.DemonstrationMix`
-(`demonstrations`, also re-exported).
+`Stage1Config` is the `CommandConfig` of `composer-rl stage1`, `pretrain` and `sft`
+(`composer_rl.config`: the TOML file and the `--section.field` flags every command reads):
+one file serves all three. Each phase is a section of its own with its own defaults
+(``[pretrain]``, ``[long_context]``, ``[sft]``, and their ``optim`` tables), so a knob such
+as the learning rate has one default where it is: 3e-3 for pretraining, 3e-4 for the long
+context, 2.5e-3 for SFT, 1e-3 for the copy warm-up (and RL's trainer its own, 1e-4,
+`composer_rl.rl.services.TrainingConfig`). The optimizer settings are
+`composer_model.OptimConfig` (re-exported here), the one optimizer configuration the stages
+and the training service share. The SFT phase holds what only it uses: the demonstrations
+and their mix of behaviours (`composer_rl.agent.behaviours.DemonstrationMix`, also
+re-exported).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
-from composer_rl.errors import ConfigError, explain_validation
+from composer_rl.config import CommandConfig, load
 
 if TYPE_CHECKING:
     from composer_model import ComposerModel
@@ -31,25 +38,29 @@ if TYPE_CHECKING:
 class PhaseConfig(BaseModel):
     """One training phase writing to its own run directory."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    steps: int = Field(gt=0)
-    seq_len: int = Field(gt=8)
+    name: str = Field(description="the phase's directory under the run directory")
+    steps: int = Field(gt=0, description="optimizer steps of the phase")
+    seq_len: int = Field(gt=8, description="tokens a packed row")
     rows_per_step: int = Field(default=8, gt=0, description="Packed rows of seq_len per step.")
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    eval_every: int = Field(default=20, gt=0)
+    optim: OptimConfig = Field(
+        default_factory=OptimConfig,
+        description="the phase's AdamW and schedule (its own defaults: "
+        "composer_model.OptimConfig's are pretraining's)",
+    )
+    eval_every: int = Field(default=20, gt=0, description="steps between held-out evaluations")
     eval_rows: int = Field(default=16, gt=0, description="Held-out rows per evaluation.")
-    checkpoint_every: int = Field(default=20, gt=0)
-    keep_checkpoints: int = Field(default=2, gt=0)
-    mtp_weight: float = Field(default=0.3, ge=0)
+    checkpoint_every: int = Field(default=20, gt=0, description="steps between checkpoints")
+    keep_checkpoints: int = Field(default=2, gt=0, description="step checkpoints kept")
+    mtp_weight: float = Field(default=0.3, ge=0, description="weight of the MTP loss")
     mtp_join_step: int | None = Field(
         default=None,
         description="Step from which the MTP loss is on (None: from the start of the phase; "
         "a value past `steps` keeps it off). Only with an opt-in time limit does it also "
         "join once the same fraction of the limit has passed.",
     )
-    seed: int = 0
+    seed: int = Field(default=0, description="seed of the phase's data order and model")
     time_limit_s: float | None = Field(
         default=None,
         gt=0,
@@ -74,14 +85,22 @@ class PhaseConfig(BaseModel):
 class CorpusConfig(BaseModel):
     """Where pretraining text comes from. None: the Python standard library on this machine."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: Path | None = None
-    heldout_fraction: float = Field(default=0.05, gt=0, lt=1)
-    max_train_chars: int = Field(default=6_000_000, gt=0)
-    max_heldout_chars: int = Field(default=600_000, gt=0)
-    tokenizer_chars: int = Field(default=2_000_000, gt=0)
-    vocab_size: int = Field(default=4096, ge=300)
+    path: Path | None = Field(
+        default=None,
+        description='a directory of text files or a .jsonl file of {"text": ...} records '
+        "(none: the Python standard library on this machine)",
+    )
+    heldout_fraction: float = Field(
+        default=0.05, gt=0, lt=1, description="share of the files held out (by a hash of the name)"
+    )
+    max_train_chars: int = Field(default=6_000_000, gt=0, description="training text kept")
+    max_heldout_chars: int = Field(default=600_000, gt=0, description="held-out text kept")
+    tokenizer_chars: int = Field(
+        default=2_000_000, gt=0, description="text the tokenizer is trained on"
+    )
+    vocab_size: int = Field(default=4096, ge=300, description="the tokenizer's vocabulary")
     copy_documents: int = Field(
         default=0,
         ge=0,
@@ -100,7 +119,7 @@ class CopyWarmupConfig(BaseModel):
     it runs in the pretrain phase's directory (`pretrain/copy_warmup/`), at the pretrain
     phase's sequence length and rows per step."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     steps: int = Field(default=0, ge=0, description="warm-up steps; 0: no warm-up")
     stretches: int = Field(
@@ -149,18 +168,82 @@ class CopyWarmupConfig(BaseModel):
         )
 
 
+class SftRound2Config(BaseModel):
+    """A second SFT round from the SFT policy's own mistakes (issue 29; off by default).
+
+    The SFT checkpoint runs `samples` episodes at `temperature` on `tasks` training tasks
+    (never validation or held-out ones); each failed episode whose final workspace differs
+    from the original repository and fails the visible tests gives a wrong first attempt
+    (`composer_rl.agent.own_mistakes`), and a recovering demonstration opens with it. SFT
+    then continues from the checkpoint for `phase.steps` steps on round one's
+    demonstrations (`sft_tokens.pt`) with those recovering demonstrations making `share` of
+    the rows, in its own directory (`phase.name`, `sft_round2/` by default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tasks: int = Field(
+        default=0,
+        ge=0,
+        description="training tasks the SFT policy attempts (spread over the templates); "
+        "0: no second round",
+    )
+    samples: int = Field(default=4, ge=1, description="episodes per task")
+    temperature: float = Field(default=1.0, gt=0, description="sampling temperature")
+    templates: list[str] | None = Field(
+        default=None, description="only these templates' tasks (None: every built-in one)"
+    )
+    max_attempts_per_task: int = Field(
+        default=2, ge=1, description="own attempts kept per task (distinct end states)"
+    )
+    share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="share of the training rows that are own-mistake recovering "
+        "demonstrations (repeated as needed); the rest are round one's",
+    )
+    max_turns: int = Field(default=10, ge=1, description="tool calls an episode may make")
+    max_new_tokens: int = Field(default=160, ge=8, description="tokens a turn may write")
+    max_seq_len: int = Field(default=2048, ge=64, description="an episode's context")
+    max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
+    tasks_per_chunk: int = Field(
+        default=16,
+        ge=1,
+        description="tasks whose episodes are collected (and saved, so a kill loses at "
+        "most one chunk) together",
+    )
+    source: Path | None = Field(
+        default=None, description="the SFT checkpoint to continue (None: RUN/sft/final)"
+    )
+    seed: int = Field(default=0, description="which tasks, and the episodes' sampling")
+    phase: PhaseConfig = Field(
+        default_factory=lambda: PhaseConfig(
+            name="sft_round2",
+            steps=200,
+            seq_len=2048,
+            rows_per_step=1,
+            eval_every=50,
+            checkpoint_every=50,
+            eval_rows=4,
+            optim=OptimConfig(lr=1e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
+        )
+    )
+
+
 class ParallelConfig(BaseModel):
     """Degrees of data (`dp`), context (`cp`) and expert (`ep`) parallelism of a phase.
 
     dp x cp must equal the number of processes (torchrun's WORLD_SIZE); ep divides it.
     All 1 (the default): one process, no process group. See composer-parallel's README."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dp: int = Field(default=1, ge=1)
-    cp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    cp_mode: Literal["allgather", "ring"] = "allgather"
+    dp: int = Field(default=1, ge=1, description="data-parallel ranks")
+    cp: int = Field(default=1, ge=1, description="context-parallel ranks a sequence is split over")
+    ep: int = Field(default=1, ge=1, description="expert-parallel degree, dividing dp x cp")
+    cp_mode: Literal["allgather", "ring"] = Field(
+        default="allgather", description="how context-parallel attention exchanges keys"
+    )
 
     @property
     def world_size(self) -> int:
@@ -190,13 +273,63 @@ class ParallelConfig(BaseModel):
         return parallelize(model, dims, cp_mode=self.cp_mode)
 
 
-class Stage1Config(BaseModel):
-    """The whole default pipeline: base pretraining, long context, SFT."""
+class LongContextPhaseConfig(PhaseConfig):
+    """The long-context phase: a phase at a longer sequence length, the rope scaled by YaRN."""
 
-    model_config = ConfigDict(extra="forbid")
+    factor: float = Field(
+        default=8.0, gt=1, description="YaRN factor over the base phase's sequence length"
+    )
 
-    run_dir: Path = Path("runs/stage1")
-    preset: str = "tiny"
+
+class SFTPhaseConfig(PhaseConfig):
+    """The SFT phase, with what only it uses: the demonstrations it trains on."""
+
+    max_tasks: int = Field(
+        default=3000,
+        gt=0,
+        description="training tasks demonstrated (about 130 a template); a demonstration "
+        "that runs the tests takes about 0.3-1 s in its sandbox",
+    )
+    summary_every: int = Field(
+        default=4,
+        ge=0,
+        description="one training task in N also gets a self-summarized demonstration "
+        "(read, summarize, continue from the condensed context); 0: none",
+    )
+    invented_name_tasks: int = Field(
+        default=0,
+        ge=0,
+        description="extra demonstrations on training tasks rendered again with invented "
+        "names (composer_rl.tasks.invented): names no other context holds, so only copying "
+        "them from the instruction gets them right; 0: none",
+    )
+    demonstration_workers: int = Field(
+        default=2,
+        ge=1,
+        description="threads that play SFT demonstrations at once (their time is spent in "
+        "sandbox test runs; the demonstrations do not depend on it)",
+    )
+    demonstrations: DemonstrationMix = Field(
+        default_factory=DemonstrationMix,
+        description="the behaviours of the SFT demonstrations and their shares, normalised "
+        "by their sum (composer_rl.agent.behaviours)",
+    )
+
+
+class Stage1Config(CommandConfig):
+    """The whole default pipeline: base pretraining, long context, SFT.
+
+    Each phase is its own section with its own defaults (a phase's learning rate is its
+    own knob: ``pretrain.optim.lr`` 3e-3, ``long_context.optim.lr`` 3e-4, ``sft.optim.lr``
+    2.5e-3)."""
+
+    run_dir: Path = Field(
+        default=Path("runs/stage1"), description="where every phase writes its directory"
+    )
+    preset: str = Field(default="tiny", description="model preset (composer_model.PRESETS)")
+    threads: int | None = Field(
+        default=None, gt=0, description="torch CPU threads (none: torch's default)"
+    )
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     copy_warmup: CopyWarmupConfig = Field(default_factory=CopyWarmupConfig)
     pretrain: PhaseConfig = Field(
@@ -208,10 +341,12 @@ class Stage1Config(BaseModel):
             mtp_join_step=200,
             eval_every=100,
             checkpoint_every=100,
-        )
+        ),
+        description="the base phase: next-token pretraining on the corpus, MTP joining "
+        "mid-run (its own defaults: lr 3e-3, 400 steps of 8 rows of 256 tokens)",
     )
-    long_context: PhaseConfig = Field(
-        default_factory=lambda: PhaseConfig(
+    long_context: LongContextPhaseConfig = Field(
+        default_factory=lambda: LongContextPhaseConfig(
             name="long_context",
             steps=20,
             seq_len=2048,
@@ -220,11 +355,12 @@ class Stage1Config(BaseModel):
             eval_rows=4,
             checkpoint_every=10,
             optim=OptimConfig(lr=3e-4, warmup_steps=2),
-        )
+        ),
+        description="the long-context phase, from the base phase's model (its own "
+        "defaults: lr 3e-4, 20 steps of one 2048-token row)",
     )
-    long_context_factor: float = Field(default=8.0, gt=1)
-    sft: PhaseConfig = Field(
-        default_factory=lambda: PhaseConfig(
+    sft: SFTPhaseConfig = Field(
+        default_factory=lambda: SFTPhaseConfig(
             name="sft",
             steps=1400,
             # A recovering demonstration (two test runs, their output) is a median 720
@@ -236,40 +372,41 @@ class Stage1Config(BaseModel):
             checkpoint_every=100,
             eval_rows=4,
             optim=OptimConfig(lr=2.5e-3, min_lr_ratio=0.2, warmup_steps=5, weight_decay=0.0),
-        )
+        ),
+        description="SFT on the demonstrations, from the long-context model (its own "
+        "defaults: lr 2.5e-3, 1400 steps of one 2048-token row)",
     )
-    sft_max_tasks: int = Field(
-        default=3000,
-        gt=0,
-        description="training tasks demonstrated (about 130 a template); a demonstration "
-        "that runs the tests takes about 0.3-1 s in its sandbox",
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="data, context and expert parallelism of the base phase "
+        "(`composer-rl pretrain` under torchrun; also --dp, --cp, --ep)",
     )
-    sft_summary_every: int = Field(
-        default=4,
-        ge=0,
-        description="one training task in N also gets a self-summarized demonstration "
-        "(read, summarize, continue from the condensed context); 0: none",
+    sft_round2: SftRound2Config = Field(
+        default_factory=SftRound2Config,
+        description="a second SFT round from the SFT policy's own mistakes, after SFT "
+        "(`composer-rl sft-round2`, or stage1 with sft_round2.tasks above 0; off: tasks 0)",
     )
-    sft_invented_name_tasks: int = Field(
-        default=0,
-        ge=0,
-        description="extra demonstrations on training tasks rendered again with invented "
-        "names (composer_rl.tasks.invented): names no other context holds, so only copying "
-        "them from the instruction gets them right; 0: none",
-    )
-    demonstrations: DemonstrationMix = Field(
-        default_factory=DemonstrationMix,
-        description="the behaviours of the SFT demonstrations and their shares "
-        "(composer_rl.agent.behaviours; --demo-<behaviour> SHARE, --demo-seed)",
-    )
-    sft_demonstration_workers: int = Field(
-        default=2,
-        ge=1,
-        description="threads that play SFT demonstrations at once (their time is spent in "
-        "sandbox test runs; the demonstrations do not depend on it)",
-    )
-    threads: int | None = Field(default=None, gt=0)
-    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+
+    flag_aliases: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "corpus.path": ("--corpus",),
+        "copy_warmup.steps": ("--copy-warmup-steps",),
+        "sft.steps": ("--sft-steps",),
+        "sft.demonstrations.seed": ("--demo-seed",),
+        "parallel.dp": ("--dp",),
+        "parallel.cp": ("--cp",),
+        "parallel.ep": ("--ep",),
+        "parallel.cp_mode": ("--cp-mode",),
+        "sft_round2.tasks": ("--round2-tasks",),
+        "sft_round2.templates": ("--round2-templates",),
+    }
+    renamed: ClassVar[Mapping[str, str]] = {
+        "long_context_factor": "long_context.factor",
+        "sft_max_tasks": "sft.max_tasks",
+        "sft_summary_every": "sft.summary_every",
+        "sft_invented_name_tasks": "sft.invented_name_tasks",
+        "sft_demonstration_workers": "sft.demonstration_workers",
+        "demonstrations": "sft.demonstrations",
+    }
 
     @model_validator(mode="after")
     def _copy_pairs_fit(self) -> Stage1Config:
@@ -280,6 +417,16 @@ class Stage1Config(BaseModel):
                 f"copy_warmup.max_tokens ({self.copy_warmup.max_tokens}) written twice does "
                 f"not fit in pretrain.seq_len ({self.pretrain.seq_len}); give at most "
                 f"{(self.pretrain.seq_len - 1) // 2}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _phase_names_differ(self) -> Stage1Config:
+        names = [self.pretrain.name, self.long_context.name, self.sft.name]
+        if self.sft_round2.phase.name in names:
+            raise ValueError(
+                f"sft_round2.phase.name {self.sft_round2.phase.name!r} is another phase's "
+                "directory; give it a name of its own (default sft_round2)"
             )
         return self
 
@@ -297,59 +444,26 @@ __all__ = [
     "CopyWarmupConfig",
     "CorpusConfig",
     "DemonstrationMix",
+    "LongContextPhaseConfig",
     "OptimConfig",
     "ParallelConfig",
     "PhaseConfig",
+    "SFTPhaseConfig",
+    "SftRound2Config",
     "Stage1Config",
     "load_stage1_config",
 ]
 
 
 def load_stage1_config(path: Path | None = None, **overrides: object) -> Stage1Config:
-    """A Stage1Config from an optional JSON file, then dotted overrides such as
-    ``{"pretrain.steps": 10}`` (None values are ignored), validated as a whole.
+    """A Stage1Config from an optional TOML (or JSON) file, then dotted overrides such as
+    ``{"pretrain.steps": 10}`` (None values are ignored), validated as a whole
+    (`composer_rl.config.load`, what every command reads its configuration with).
 
-    The file gives any subset of the settings: each section it names is merged into that
-    section's defaults (``{"pretrain": {"steps": 3}}`` changes only the step count), so a
-    file never has to repeat a phase's name or its other fields. A problem is a
-    `ConfigError` that names the key by its dotted name (and what its section accepts),
-    which the CLI prints as one line."""
-    import json
-
-    data: dict[str, Any] = {}
-    origin = "defaults"
-    if path is not None:
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"config file {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path}: expected a JSON object of Stage1Config fields")
-        origin = str(path)
-    merged = _merge(Stage1Config.model_construct().model_dump(), data)
+    The file gives any subset of the settings: each section it names is laid over that
+    section's defaults (``[pretrain] steps = 3`` changes only the step count), so a file
+    never has to repeat a phase's name or its other fields. A problem is a `ConfigError`
+    that names the key by its dotted name (and what its section accepts), which the CLI
+    prints as one line."""
     given = {dotted: value for dotted, value in overrides.items() if value is not None}
-    for dotted, value in given.items():
-        node = merged
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    if given:
-        origin = f"{origin} + flags" if path is not None else "flags"
-    try:
-        return Stage1Config.model_validate(merged)
-    except ValidationError as error:
-        raise explain_validation(error, origin, Stage1Config) from None
-
-
-def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """`defaults` with `given` laid over it, section by section (nested dicts merge)."""
-    out = dict(defaults)
-    for key, value in given.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+    return load(Stage1Config, path, given)

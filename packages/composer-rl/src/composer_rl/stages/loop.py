@@ -1,7 +1,8 @@
 """The loop every stage-one phase runs, split as torchtitan splits its trainer.
 
 - the step: `composer_model.train_step` (the one the training service and RL take too) on
-  `composer_model.compute_loss` (the one loss: next-token cross-entropy on the batch's
+  `composer_model.lm_forward_loss` (the step's forward, then the one loss,
+  `composer_model.compute_loss`, on its outputs: next-token cross-entropy on the batch's
   loss mask, plus, once MTP has joined, the MTP term on the same mask and with the model
   config's `mtp_target`), with the learning rate `composer_model.lr_at` gives for the step;
 - the eval decision (`should_eval`): every `eval_every` steps, at the last step, and when
@@ -15,12 +16,12 @@ batches it would have seen: a step's rows are a function of (seed, step).
 
 Under `--dp/--cp/--ep` (torchrun, `parallel` given) every rank takes the same global batch
 of rows, keeps its dp share (`Parallel.dp_share`), and trains on its share of the global
-loss (`composer_parallel.sharded_loss`, normalised by the global batch's target counts) in
-the same `train_step`; rank 0 alone writes metrics, plots and progress. Step checkpoints
-are per rank (`checkpoints/rank-NNN`: each holds its expert shard and its optimizer
-state) and resume under the same dims; the phase's exported `final/` model is the full one.
-MTP runs under cp too (`sharded_loss` computes its shifted tokens, targets and teacher on
-the whole row).
+loss (the same `lm_forward_loss` given the handle, normalised by the global batch's target
+counts) in the same `train_step`; rank 0 alone writes metrics, plots and progress. Step
+checkpoints are per rank (`checkpoints/rank-NNN`: each holds its expert shard and its
+optimizer state) and resume under the same dims; the phase's exported `final/` model is the
+full one. MTP runs under cp too (the step computes its shifted tokens, targets and teacher
+on the whole row before sharding them).
 
 A phase is defined by its step count. `time_limit_s` is an explicit opt-in (default: none):
 a phase with one stops after the checkpoint of the step that crosses it and says so.
@@ -41,33 +42,44 @@ from composer_infra.checkpoint import StepCheckpointer
 from composer_model import (
     ComposerModel,
     LossOutput,
-    ModelOutput,
+    PackedRow,
     StepStats,
     build_optimizer,
-    compute_loss,
+    forward_row,
+    lm_forward_loss,
     lr_at,
     target_counts,
     train_step,
 )
 from composer_model.losses import IGNORE, target_ids
-from composer_parallel import Parallel, sharded_loss
+from composer_parallel import Parallel
+from composer_rl.progress import Show, StepProgress
 from composer_rl.stages.config import PhaseConfig
 from composer_rl.stages.metrics import MetricsLogger, plot_losses
 from composer_rl.stages.packing import Batch, PackedRows, batch_rows, make_batch
-from composer_rl.stages.progress import Show, StepProgress
 
 CHECKPOINT_DIR = "checkpoints"
 
 
-def batch_loss(model: ComposerModel, batch: Batch, mtp_weight: float) -> LossOutput:
-    """The phase objective on one packed batch: `compute_loss` with the batch's loss mask."""
-    return compute_loss(
+def batch_loss(
+    model: ComposerModel,
+    batch: Batch,
+    mtp_weight: float,
+    *,
+    parallel: Parallel | None = None,
+    denominators: list[int] | None = None,
+) -> LossOutput:
+    """The phase objective on one packed batch: `lm_forward_loss` with the batch's loss mask
+    (with `parallel`, this rank's share of the global batch whose `denominators` are given)."""
+    return lm_forward_loss(
         model,
         batch.input_ids,
         positions=batch.positions,
         cu_seqlens=batch.cu_seqlens,
         mtp_weight=mtp_weight,
         loss_mask=batch.mask,
+        denominators=denominators,
+        parallel=parallel,
     )
 
 
@@ -90,17 +102,13 @@ def phase_step(
     def objective() -> LossOutput:
         if parallel is None:
             return batch_loss(model, batch, weight)
-        share = batch if local is None else local
         depths = len(model.mtp_modules)
-        return sharded_loss(
+        return batch_loss(
             model,
-            parallel,
-            share.input_ids,
-            share.positions,
-            share.cu_seqlens,
-            target_counts(batch.input_ids, batch.cu_seqlens, depths, batch.mask),
-            loss_mask=share.mask,
-            mtp_weight=weight,
+            batch if local is None else local,
+            weight,
+            parallel=parallel,
+            denominators=target_counts(batch.input_ids, batch.cu_seqlens, depths, batch.mask),
         )
 
     return train_step(
@@ -143,7 +151,8 @@ def evaluate(
 
     Targets are `composer_model.losses.target_ids` with the rows' loss mask, the same
     targets the training loss uses. With `parallel` every rank evaluates the same rows
-    (`Parallel.forward`: the experts' all-to-all is collective, cp shards are gathered)."""
+    (`composer_model.forward_row`: the experts' all-to-all is collective, cp shards are
+    gathered)."""
     was_training = model.training
     model.eval()
     total_loss = torch.zeros((), dtype=torch.float64)
@@ -155,18 +164,8 @@ def evaluate(
     for start in range(0, len(chosen), rows_per_batch):
         batch = make_batch(heldout, chosen[start : start + rows_per_batch])
         mtp = with_mtp and bool(model.mtp_modules)
-        out: ModelOutput
-        if parallel is not None and parallel.context is not None:
-            out = parallel.forward(
-                model, batch.input_ids, batch.positions, batch.cu_seqlens, return_mtp=mtp
-            )
-        else:
-            out = model(
-                batch.input_ids,
-                positions=batch.positions,
-                cu_seqlens=batch.cu_seqlens,
-                return_mtp=mtp,
-            )
+        row = PackedRow(batch.input_ids, batch.cu_seqlens, positions=batch.positions)
+        out = forward_row(model, row, parallel=parallel, mtp=mtp)
         logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
         targets = target_ids(batch.input_ids, out.cu_seqlens, 1, batch.mask)
         losses = torch.nn.functional.cross_entropy(

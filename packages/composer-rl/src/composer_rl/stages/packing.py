@@ -124,6 +124,24 @@ def concatenate(parts: Sequence[PackedRows]) -> PackedRows:
     )
 
 
+def rows_at_share(base: PackedRows, extra: PackedRows, share: float) -> PackedRows:
+    """`base`'s rows and `extra`'s, `extra`'s repeated in turn (or cut) until they make
+    `share` of all rows (share 1: `extra`'s alone), so a step's rows, drawn uniformly
+    (`batch_rows`), come from `extra` with that probability."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must lie in (0, 1]; got {share}")
+    if len(extra) == 0:
+        raise ValueError("no rows to mix in")
+    wanted = len(extra) if share == 1 else max(1, round(len(base) * share / (1 - share)))
+    chosen = [i % len(extra) for i in range(wanted)]
+    repeated = PackedRows(
+        tokens=extra.tokens[chosen],
+        mask=extra.mask[chosen],
+        boundaries=[extra.boundaries[i] for i in chosen],
+    )
+    return repeated if share == 1 else concatenate([base, repeated])
+
+
 def make_batch(packed: PackedRows, rows: Sequence[int]) -> Batch:
     """Lay the chosen rows end to end as one packed sequence."""
     seq_len = packed.seq_len

@@ -6,7 +6,7 @@ by self-distillation onto the main head; with `copy_warmup.steps` it first train
 stretches of the corpus written twice (`composer_rl.stages.copying`), and its summary's
 `copy_ce` (cross-entropy on the second copy of held-out stretches) says how well the model
 copies from context after each. `run_long_context` continues at
-`long_context.seq_len` with YaRN rope scaling (factor `long_context_factor` over the
+`long_context.seq_len` with YaRN rope scaling (factor `long_context.factor` over the
 pretraining length) and measures held-out loss per position bucket before and after, so the
 gain at long positions is visible (`position_loss.png`, `result.json`).
 
@@ -25,6 +25,7 @@ import torch
 
 from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
 from composer_parallel import Parallel, full_state_dict
+from composer_rl.progress import Show, phase_line
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.copying import copy_documents, repeated_rows, repeated_share
 from composer_rl.stages.data import tokenizer_and_tokens
@@ -32,7 +33,6 @@ from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, concatenate, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
-from composer_rl.stages.progress import Show, phase_line
 
 
 def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
@@ -198,7 +198,7 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
     scaled = base.config.model_copy(
         update={
             "rope_scaling": YarnScaling(
-                factor=config.long_context_factor,
+                factor=config.long_context.factor,
                 original_max_position_embeddings=config.pretrain.seq_len,
             ),
             "max_position_embeddings": max(phase.seq_len, base.config.max_position_embeddings),

@@ -2,7 +2,7 @@
 
 The demonstrations are a seeded mix of behaviours on the task suite's training split
 (careful, recovering, careless and the habits the reward plugins exist for: configured by
-`Stage1Config.demonstrations`, played by `composer_rl.agent.demonstrations`), each played
+`Stage1Config.sft.demonstrations`, played by `composer_rl.agent.demonstrations`), each played
 in a real sandbox so that the tool results are what the policy will see, written in the
 agent's tool-call format; the summary counts the demonstrations of each behaviour. Loss
 is on the model's own tokens (tool calls and the end of turn), not on the prompt or tool
@@ -24,11 +24,11 @@ from composer_model import ComposerTokenizer, load_pretrained
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.agent.demonstrations import play_demonstration
 from composer_rl.agent.oracle import summary_demonstration
+from composer_rl.progress import Show, StepProgress, phase_line
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.loop import train_phase
 from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
-from composer_rl.stages.progress import Show, StepProgress, phase_line
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 from composer_rl.tasks.invented import invented_name_tasks
 from composer_rl.tasks.templates.base import is_validation
@@ -81,11 +81,12 @@ def demonstrations(
 
 def demonstration_tasks(config: Stage1Config) -> tuple[list[Task], list[Task]]:
     """(training tasks, held-out tasks) stage one demonstrates. Validation tasks stay out:
-    settings are chosen on them."""
-    train_tasks = [t for t in collect_tasks(Split.TRAIN) if not is_validation(t)]
-    per_template = max(1, config.sft_max_tasks // len(BUILTIN_TEMPLATES))
+    settings are chosen on them. The built-in templates' only: demonstrations are played by
+    their oracles."""
+    train_tasks = [t for t in collect_tasks(Split.TRAIN, pm=None) if not is_validation(t)]
+    per_template = max(1, config.sft.max_tasks // len(BUILTIN_TEMPLATES))
     train_tasks = sample_tasks(train_tasks, per_group=per_template, seed=config.sft.seed)
-    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT), per_group=2, seed=1)
+    heldout_tasks = sample_tasks(collect_tasks(Split.HELDOUT, pm=None), per_group=2, seed=1)
     return train_tasks, heldout_tasks
 
 
@@ -110,7 +111,7 @@ def _suite_demonstrations(
     root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show
 ) -> dict[str, Any]:
     cache = root / "sft_tokens.pt"
-    mix = config.demonstrations
+    mix = config.sft.demonstrations
     if cache.is_file():
         cached = dict(torch.load(cache, weights_only=False))
         if cached.get("demonstration_mix") == mix.model_dump():
@@ -120,16 +121,16 @@ def _suite_demonstrations(
         train_tasks,
         tokenizer,
         show_progress,
-        summary_every=config.sft_summary_every,
+        summary_every=config.sft.summary_every,
         mix=mix,
-        workers=config.sft_demonstration_workers,
+        workers=config.sft.demonstration_workers,
     )
     heldout_ids, heldout_masks, _ = demonstrations(
         heldout_tasks,
         tokenizer,
         show_progress,
         mix=mix,
-        workers=config.sft_demonstration_workers,
+        workers=config.sft.demonstration_workers,
         label="held-out demonstrations",
     )
     data = {
@@ -146,15 +147,15 @@ def _suite_demonstrations(
 def invented_demonstrations(
     root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show = True
 ) -> dict[str, Any]:
-    """Demonstrations of `config.sft_invented_name_tasks` training tasks rendered with
+    """Demonstrations of `config.sft.invented_name_tasks` training tasks rendered with
     invented names, cached apart from the others (`sft_invented_tokens.pt`, keyed by every
     setting they depend on) so that changing the count replays only these."""
     key = {
-        "count": config.sft_invented_name_tasks,
-        "mix": config.demonstrations.model_dump(),
+        "count": config.sft.invented_name_tasks,
+        "mix": config.sft.demonstrations.model_dump(),
         "seed": config.sft.seed,
-        "drawn_from": config.sft_max_tasks,
-        "summary_every": config.sft_summary_every,
+        "drawn_from": config.sft.max_tasks,
+        "summary_every": config.sft.summary_every,
     }
     if not key["count"]:
         return {"ids": [], "masks": [], "tasks": []}
@@ -164,14 +165,14 @@ def invented_demonstrations(
         if cached.get("key") == key:
             return cached
     train_tasks, _ = demonstration_tasks(config)
-    tasks = invented_name_tasks(train_tasks, config.sft_invented_name_tasks, config.sft.seed)
+    tasks = invented_name_tasks(train_tasks, config.sft.invented_name_tasks, config.sft.seed)
     ids, masks, kinds = demonstrations(
         tasks,
         tokenizer,
         show_progress,
-        summary_every=config.sft_summary_every,
-        mix=config.demonstrations,
-        workers=config.sft_demonstration_workers,
+        summary_every=config.sft.summary_every,
+        mix=config.sft.demonstrations,
+        workers=config.sft.demonstration_workers,
         label="invented-name demonstrations",
     )
     data = {"key": key, "ids": ids, "masks": masks, "tasks": [t.id for t in tasks], "kinds": kinds}
@@ -209,7 +210,7 @@ def run_sft(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
         "demonstrations": data["train_tasks"],
         "invented_name_demonstrations": data["invented_name_demonstrations"],
         "demonstration_kinds": data["demonstration_kinds"],
-        "demonstration_shares": {b.value: s for b, s in config.demonstrations.shares().items()},
+        "demonstration_shares": {b.value: s for b, s in config.sft.demonstrations.shares().items()},
         "longest_demonstration_tokens": max(len(x) for x in train_ids),
         "demonstrations_truncated": sum(len(x) > phase.seq_len for x in train_ids),
         **result.final_eval,

@@ -32,10 +32,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import mean_se
 from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
 

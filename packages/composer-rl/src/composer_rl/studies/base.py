@@ -23,6 +23,11 @@ RANDOM_POLICY_NOTE = (
 """The note of a study that trains or evaluates a policy and was given none."""
 
 
+WatchedBehaviour = Literal["reread", "todo_left"]
+"""behaviour-reward: the behaviours it can watch, each with its monitor and matching reward
+(`composer_rl.studies.behaviour_reward.WATCHES`)."""
+
+
 @dataclass(frozen=True)
 class StudyOptions:
     """Options from the command line. `quick` shrinks every size so the study runs in
@@ -36,6 +41,15 @@ class StudyOptions:
     checkpoint: Path | None = None
     # Studies that train: where their runs go (kept); None: a temporary directory
     work_dir: Path | None = None
+    # behaviour-reward: the behaviour its monitor flags and its added reward charges
+    behaviour: WatchedBehaviour = "reread"
+
+    def __post_init__(self) -> None:
+        choices = get_args(WatchedBehaviour)
+        if self.behaviour not in choices:
+            raise ValueError(
+                f"behaviour {self.behaviour!r} is not one of {', '.join(map(repr, choices))}"
+            )
 
 
 VerdictLabel = Literal["held", "held in part", "did not hold", "undecided"]

@@ -4,26 +4,39 @@ The report's practice: behaviour monitors flag what a policy does on every episo
 when a habit shows up at a rate worth acting on, a reward against it is added to the job
 while it runs; the run goes on from where it was, and the flagged rate on new episodes
 should fall. This study does that on one real RL run (the real loop, services in one
-process), the way a user would:
+process), the way a user would.
 
-- **The behaviour** is `todo_left`: the diff adds a TODO, FIXME or XXX marker. Stage one's
-  demonstration mix holds exactly this habit (`composer_rl.agent.behaviours`, `todo_left`:
-  a careful demonstration whose fix adds a TODO comment), so a stage-one policy shows it at
-  a rate RL can move. composer-rewards has no monitor for it, so :class:`TodoLeftMonitor`
-  below is one; it finds the markers with the `unfinished` reward's own parser
+**The behaviour** is a setting (`--behaviour`, `StudyOptions.behaviour`), each with a monitor
+that flags exactly what its matching reward charges (`WATCHES`):
+
+- `reread` (the default): the episode reads a file it has already read, with nothing between
+  that could have changed it (composer-rewards' `redundant_reads` reading). The stage-one
+  SFT policy reads a file twice with no successful edit of it between in 0.137 of its T=1
+  episodes and 0.210 greedily (`composer_rl.eval.behaviour`'s `reread`, a broader reading:
+  a failed edit or a writing command between does not make the second read new there;
+  docs/rl/2026-12-04-copy-kept.md). The monitor is composer-rewards' built-in `reread`
+  (registered under that name in every run); the reward is the built-in `redundant_reads`,
+  whose `redundant_reads` component charges each read the monitor flags.
+- `todo_left`: the diff adds a TODO, FIXME or XXX marker. composer-rewards has no monitor
+  for it, so :class:`TodoLeftMonitor` below is one, listed in the run config's
+  `plugins.plugins`; it finds the markers with the `unfinished` reward's own parser
   (`composer_rewards.rewards.unfinished.placeholders`), so it flags exactly the lines the
-  reward will charge for. It is in the run config's `plugins.plugins` from the first step.
-- **The matching reward** is the built-in `unfinished` (its `unfinished_code` component
-  charges each placeholder the diff adds). The run starts with it blocked
-  (`plugins.block = ["unfinished"]`), so the first steps train without it.
+  reward's `unfinished_code` component charges. The SFT policy leaves a TODO in only 0.009
+  of its T=1 episodes: too rare to show a fall, which the verdict rule reports as such.
+
+The steps, the same for either behaviour:
+
+- **The monitor** flags the behaviour on every episode from the first step.
+- **The matching reward** is blocked at the start (`plugins.block = [<reward>]`), so the
+  first steps train without it.
 - **The add.** After step `add_at - 1` the study runs `composer-rl plugins add --run
-  RUN_DIR --name unfinished composer_rewards.rewards.unfinished:UnfinishedWorkPenalty`
-  (the CLI's own `main`: it checks the spec in the job's interpreter and writes the request
-  file, as from a shell). The job applies it at its next step boundary, step `add_at`, and
-  records the event in that step's metrics line and in `plugins/processed/`. The command is
-  issued from the loop's step-boundary callback rather than from another shell only so that
-  it lands on the configured step; from a shell it lands on whichever boundary comes next.
-  The run then goes on to its last step.
+  RUN_DIR --name <reward> <reward spec>` (the command itself, in a process of its own: it
+  checks the spec in the job's interpreter and writes the request file, as from a shell).
+  The job applies it at its next step boundary, step `add_at`, and records the event in
+  that step's metrics line and in `plugins/processed/`. The command is issued from the
+  loop's step-boundary callback rather than from another shell only so that it lands on the
+  configured step; from a shell it lands on whichever boundary comes next. The run then
+  goes on to its last step.
 
 **Windows, by the policy version that sampled each episode** (the `versions` of its tokens
 in `episodes/episodes.jsonl`). Version v is the policy after v steps; the add comes right
@@ -31,7 +44,7 @@ after version `add_at` is trained, so versions 0..add_at never saw the reward. A
 all of whose tokens were sampled by those versions is *before*; one whose oldest token was
 sampled by version add_at + 1 or later is *after*. Episodes with tokens on both sides (the
 engines take new weights mid-episode) are left out and counted. Which episodes carry the
-`unfinished_code` component is a different matter: every episode scored after the add does
+reward's component is a different matter: every episode scored after the add does
 (`scored_after_step >= add_at`), including some sampled before it.
 
 **Standard errors are over groups.** A group is the G episodes of one task, sampled
@@ -66,6 +79,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -80,16 +95,26 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from composer_rewards import Episode, MonitorReport, hookimpl
-from composer_rewards.rewards.unfinished import placeholders
+from composer_rewards.monitors.reread import FLAG as REREAD_FLAG
+from composer_rewards.monitors.reread import RereadMonitor
+from composer_rewards.rewards.redundant_reads import RedundantReadsPenalty
+from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty, placeholders
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import format_se
 from composer_rl.plugins.requests import recent
 from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.lineage import final_lineage
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl
 from composer_rl.stages.metrics import read_metrics as read_metrics_file
-from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.base import (
+    RANDOM_POLICY_NOTE,
+    StudyOptions,
+    StudyOutcome,
+    Verdict,
+    WatchedBehaviour,
+)
 from composer_rl.studies.rl_runs import (
     WEIGHTS_RECORD,
     RLSizes,
@@ -98,19 +123,30 @@ from composer_rl.studies.rl_runs import (
     weights_digest,
 )
 
-BEHAVIOUR = "todo_left"
-MONITOR_SPEC = "composer_rl.studies.behaviour_reward:TodoLeftMonitor"
-FLAG = f"{MONITOR_SPEC}/{BEHAVIOUR}"
-"""The flag's key in an episode line: a monitor listed in `plugins.plugins` is registered
-under its spec, and flags are keyed `<plugin>/<flag>`."""
-REWARD_NAME = "unfinished"
-REWARD_SPEC = "composer_rewards.rewards.unfinished:UnfinishedWorkPenalty"
-COMPONENT = "unfinished_code"
 MARKERS = frozenset({"TODO", "FIXME", "XXX"})
-
 MIN_GROUPS = 5
 MIN_FLAGGED = 5
 RUNS = ("with-reward", "control")
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A behaviour the study can watch: its monitor and the reward that charges it."""
+
+    behaviour: WatchedBehaviour
+    description: str  # what the monitor flags, in words
+    monitor: str  # the name the monitor is registered under (a spec, for `plugins.plugins`)
+    listed: bool  # the monitor goes in the run config's `plugins.plugins` (not a built-in)
+    flag: str  # the monitor's flag
+    reward_name: str
+    reward_spec: str
+    component: str  # the reward's component that charges what the monitor flags
+
+    @property
+    def flag_key(self) -> str:
+        """The flag's key in an episode line: flags are keyed `<plugin>/<flag>`, and a
+        monitor listed in `plugins.plugins` is registered under its spec."""
+        return f"{self.monitor}/{self.flag}"
 
 
 class TodoLeftMonitor:
@@ -126,8 +162,33 @@ class TodoLeftMonitor:
         found = [p for p in placeholders(episode) if p.rsplit(": ", 1)[-1] in MARKERS]
         return MonitorReport(
             metrics={"todo_markers": len(found)},
-            flags={BEHAVIOUR: "; ".join(found)} if found else {},
+            flags={"todo_left": "; ".join(found)} if found else {},
         )
+
+
+WATCHES: dict[WatchedBehaviour, Watch] = {
+    "reread": Watch(
+        behaviour="reread",
+        description="a file read again with nothing between that could have changed it",
+        monitor=RereadMonitor.name,
+        listed=False,
+        flag=REREAD_FLAG,
+        reward_name=RedundantReadsPenalty.name,
+        reward_spec="composer_rewards.rewards.redundant_reads:RedundantReadsPenalty",
+        component="redundant_reads",
+    ),
+    "todo_left": Watch(
+        behaviour="todo_left",
+        description=f"the diff adds a {'/'.join(sorted(MARKERS))} marker",
+        monitor="composer_rl.studies.behaviour_reward:TodoLeftMonitor",
+        listed=True,
+        flag="todo_left",
+        reward_name=UnfinishedWorkPenalty.name,
+        reward_spec="composer_rewards.rewards.unfinished:UnfinishedWorkPenalty",
+        component="unfinished_code",
+    ),
+}
+"""Each behaviour the study can watch (`StudyOptions.behaviour`), by name."""
 
 
 @dataclass(frozen=True)
@@ -151,32 +212,34 @@ FULL = Sizes(steps=30, group_size=8, groups_per_step=8, add_at=10, lr=3e-4, cont
 
 
 def run_settings(
-    model: Path, run_dir: Path, sizes: Sizes, base: dict[str, object], seed: int
+    model: Path, run_dir: Path, sizes: Sizes, base: dict[str, object], seed: int, watch: Watch
 ) -> dict[str, object]:
     """The RL settings of either run: the monitor on, the reward blocked, upsampling and
     evaluations off (upsampling reads the episodes, so the two runs would draw other tasks)."""
     rl = RLSizes(sizes.steps, sizes.group_size, sizes.groups_per_step, sizes.lr)
     settings = study_settings(model, run_dir, rl, base, seed)
-    settings["plugins.block"] = [REWARD_NAME]
-    settings["plugins.plugins"] = [MONITOR_SPEC]
+    settings["plugins.block"] = [watch.reward_name]
+    settings["plugins.plugins"] = [watch.monitor] if watch.listed else []
     return settings
 
 
-def add_command(run_dir: Path) -> list[str]:
+def add_command(run_dir: Path, watch: Watch) -> list[str]:
     """`composer-rl plugins add` as a user types it for this run (argv after the program)."""
-    return ["plugins", "add", "--run", str(run_dir), "--name", REWARD_NAME, REWARD_SPEC]
+    return ["plugins", "add", "--run", str(run_dir), "--name", watch.reward_name, watch.reward_spec]
 
 
-def adder(run_dir: Path, add_at: int) -> Callable[[int], None]:
+def adder(run_dir: Path, add_at: int, watch: Watch) -> Callable[[int], None]:
     """The loop's step-boundary callback that runs the add command after step add_at - 1,
-    so the job applies it at the boundary of step add_at."""
-    from composer_rl.cli import main
+    so the job applies it at the boundary of step add_at. The command runs in a process of
+    its own (`python -m composer_rl.cli`, this interpreter), as from a shell."""
+    arguments = add_command(run_dir, watch)
+    command = [sys.executable, "-m", "composer_rl.cli", *arguments]
 
     def boundary(step: int) -> None:
         if step == add_at - 1:
-            code = main(add_command(run_dir))
+            code = subprocess.run(command, check=False).returncode
             if code != 0:
-                raise RuntimeError(f"`composer-rl {' '.join(add_command(run_dir))}` exited {code}")
+                raise RuntimeError(f"`composer-rl {' '.join(arguments)}` exited {code}")
 
     return boundary
 
@@ -186,37 +249,39 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return final_lineage(read_metrics_file(run_dir))
 
 
-def add_step(metrics: list[dict[str, Any]]) -> int | None:
+def add_step(metrics: list[dict[str, Any]], watch: Watch) -> int | None:
     """The step whose metrics line records the reward's add (None: it was never added)."""
-    key = f"plugins/add/{REWARD_NAME}"
+    key = f"plugins/add/{watch.reward_name}"
     return next((int(r["step"]) for r in metrics if r.get(key) == 1.0), None)
 
 
 def train(
-    model: Path, run_dir: Path, sizes: Sizes, base: dict[str, object], seed: int, add: bool
+    model: Path,
+    run_dir: Path,
+    sizes: Sizes,
+    base: dict[str, object],
+    seed: int,
+    watch: Watch,
+    add: bool,
 ) -> bool:
     """Train one run into `run_dir` (the add at `sizes.add_at` when `add`); returns whether
     a finished run there under the same config (and, with the add, added at that step) was
     reused instead."""
-    config = load_config(None, run_settings(model, run_dir, sizes, base, seed))
+    config = load_config(None, run_settings(model, run_dir, sizes, base, seed, watch))
     finished = finished_history(run_dir, config)
     if finished is not None:
-        at = add_step(read_metrics(run_dir))
+        at = add_step(read_metrics(run_dir), watch)
         if at == (sizes.add_at if add else None):
             return True
     shutil.rmtree(run_dir, ignore_errors=True)
     digest = weights_digest(model)
-    run_rl(config, step_boundary=adder(run_dir, sizes.add_at) if add else None)
+    run_rl(config, step_boundary=adder(run_dir, sizes.add_at, watch) if add else None)
     if digest is not None:
         (run_dir / WEIGHTS_RECORD).write_text(digest + "\n")
     return False
 
 
 # --- the measurement -----------------------------------------------------------------------
-
-
-def flagged(episode: dict[str, Any]) -> bool:
-    return FLAG in episode["flags"]
 
 
 def window_of(episode: dict[str, Any], add_at: int) -> str | None:
@@ -232,9 +297,14 @@ def window_of(episode: dict[str, Any], add_at: int) -> str | None:
     return "straddling"
 
 
-def rate(episodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The flagged rate and the solve rate of `episodes`, each with its cluster-robust
-    standard error over groups (NaN below two groups)."""
+def rate(episodes: Iterable[dict[str, Any]], flag: str) -> dict[str, Any]:
+    """The rate of episodes flagged `flag` (an episode line's flag key) and the solve rate
+    of `episodes`, each with its cluster-robust standard error over groups (NaN below two
+    groups)."""
+
+    def flagged(episode: dict[str, Any]) -> bool:
+        return flag in episode["flags"]
+
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in episodes:
         groups[e["group"]].append(e)
@@ -260,16 +330,16 @@ def rate(episodes: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def by_version(episodes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def by_version(episodes: list[dict[str, Any]], flag: str) -> dict[int, dict[str, Any]]:
     """The flagged rate of the episodes started by each policy version (oldest token)."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in episodes:
         if e["versions"]:
             out[min(e["versions"])].append(e)
-    return {v: rate(eps) for v, eps in sorted(out.items())}
+    return {v: rate(eps, flag) for v, eps in sorted(out.items())}
 
 
-def measure(run_dir: Path, add_at: int) -> dict[str, Any]:
+def measure(run_dir: Path, add_at: int, watch: Watch) -> dict[str, Any]:
     """One run's windows, per-version rates and the evidence of the add, from its files."""
     episodes = read_episodes(run_dir)
     metrics = read_metrics(run_dir)
@@ -278,25 +348,25 @@ def measure(run_dir: Path, add_at: int) -> dict[str, Any]:
         window = window_of(e, add_at)
         if window is not None:
             windows[window].append(e)
-    with_component = [e for e in episodes if COMPONENT in e["components"]]
+    with_component = [e for e in episodes if watch.component in e["components"]]
     events = [
         p.event.model_dump()
         for p in recent(run_dir, count=100)
-        if p.event.action == "add" and p.event.name == REWARD_NAME
+        if p.event.action == "add" and p.event.name == watch.reward_name
     ]
     return {
         "steps_trained": len(metrics),
-        "add_step": add_step(metrics),
+        "add_step": add_step(metrics, watch),
         "add_events": events,
-        "before": rate(windows["before"]),
-        "after": rate(windows["after"]),
+        "before": rate(windows["before"], watch.flag_key),
+        "after": rate(windows["after"], watch.flag_key),
         "straddling_episodes": len(windows["straddling"]),
         "episodes": len(episodes),
         "episodes_with_component": len(with_component),
         "first_scored_with_component": min(
             (int(e["scored_after_step"]) for e in with_component), default=None
         ),
-        "by_version": by_version(episodes),
+        "by_version": by_version(episodes, watch.flag_key),
     }
 
 
@@ -395,12 +465,12 @@ def _rate(pair: tuple[float, float]) -> str:
 # --- the figure and the study --------------------------------------------------------------
 
 
-def _figure(runs: dict[str, dict[str, Any]], add_at: int) -> Figure:
+def _figure(runs: dict[str, dict[str, Any]], add_at: int, watch: Watch) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, key, label in zip(
         axes,
         ("rate", "solved"),
-        (f"share of episodes flagged {BEHAVIOUR}", "solve rate"),
+        (f"share of episodes flagged {watch.behaviour}", "solve rate"),
         strict=True,
     ):
         top = 0.05
@@ -416,7 +486,7 @@ def _figure(runs: dict[str, dict[str, Any]], add_at: int) -> Figure:
         ax.text(
             add_at + 0.5,
             0.98,
-            f" {REWARD_NAME} added at step {add_at}",
+            f" {watch.reward_name} added at step {add_at}",
             transform=ax.get_xaxis_transform(),
             va="top",
             fontsize=8,
@@ -426,17 +496,24 @@ def _figure(runs: dict[str, dict[str, Any]], add_at: int) -> Figure:
         ax.set(xlabel="policy version that started the episode (steps trained)", ylabel=label)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="lower left")
-    axes[0].set_title(f"{BEHAVIOUR} by version (± s.e. over groups)")
+    axes[0].set_title(f"{watch.behaviour} by version (± s.e. over groups)")
     axes[1].set_title("solve rate by version (± s.e. over groups)")
     fig.suptitle(
-        f"behaviour-reward: the {REWARD_NAME} reward added to the running job at step {add_at}"
+        f"behaviour-reward ({watch.behaviour}): the {watch.reward_name} reward added to the "
+        f"running job at step {add_at}"
     )
     fig.tight_layout()
     return fig
 
 
+def run_dirs(work: Path, watch: Watch) -> dict[str, Path]:
+    """Where each run of the study of `watch` goes under the work directory."""
+    return {name: work / watch.behaviour / name for name in RUNS}
+
+
 def run(options: StudyOptions) -> StudyOutcome:
     sizes = QUICK if options.quick else FULL
+    watch = WATCHES[options.behaviour]
     names = [n for n in RUNS if n == "with-reward" or sizes.control]
     with tempfile.TemporaryDirectory(prefix="study-behaviour-") as tmp:
         work = options.work_dir or Path(tmp)
@@ -445,12 +522,13 @@ def run(options: StudyOptions) -> StudyOutcome:
         if model is None:
             model = random_checkpoint(work / "random-policy", seed=options.seed)
             base = dict(QUICK_RL_SETTINGS)
+        dirs = run_dirs(work, watch)
         reused = [
             name
             for name in names
-            if train(model, work / name, sizes, base, options.seed, add=name == "with-reward")
+            if train(model, dirs[name], sizes, base, options.seed, watch, add=name == "with-reward")
         ]
-        runs = {name: measure(work / name, sizes.add_at) for name in names}
+        runs = {name: measure(dirs[name], sizes.add_at, watch) for name in names}
     verdict = judge(runs["with-reward"], runs.get("control"), sizes.add_at)
     rows = []
     for name, result in runs.items():
@@ -469,13 +547,14 @@ def run(options: StudyOptions) -> StudyOutcome:
             )
     main = runs["with-reward"]
     notes = [
-        f"Behaviour `{BEHAVIOUR}` (monitor `{MONITOR_SPEC}`, flag key `{FLAG}`): the diff adds a "
-        f"{'/'.join(sorted(MARKERS))} marker. Reward `{REWARD_NAME}` ({REWARD_SPEC}, component "
-        f"`{COMPONENT}`), blocked at the start and added with `composer-rl "
-        f"{' '.join(add_command(Path('RUN_DIR')))}` after step {sizes.add_at - 1}; the run "
-        f"recorded the add at step {main['add_step']}.",
-        f"Episodes scored after the add carry `{COMPONENT}`: {main['episodes_with_component']} "
-        f"of {main['episodes']}, the first scored after step {main['first_scored_with_component']}. "
+        f"Behaviour `{watch.behaviour}` (monitor `{watch.monitor}`, flag key `{watch.flag_key}`): "
+        f"{watch.description}. Reward `{watch.reward_name}` ({watch.reward_spec}, component "
+        f"`{watch.component}`), blocked at the start and added with `composer-rl "
+        f"{' '.join(add_command(Path('RUN_DIR'), watch))}` after step {sizes.add_at - 1}; the "
+        f"run recorded the add at step {main['add_step']}.",
+        f"Episodes scored after the add carry `{watch.component}`: "
+        f"{main['episodes_with_component']} of {main['episodes']}, the first scored after "
+        f"step {main['first_scored_with_component']}. "
         f"Left out as straddling the add (tokens from both sides): "
         + ", ".join(f"{n} {r['straddling_episodes']}" for n, r in runs.items())
         + ".",
@@ -500,20 +579,24 @@ def run(options: StudyOptions) -> StudyOutcome:
             "policy versions",
             "groups / episodes",
             "flagged",
-            f"{BEHAVIOUR} rate",
+            f"{watch.behaviour} rate",
             "solve rate",
         ],
         rows=rows,
-        figure=_figure(runs, sizes.add_at),
+        figure=_figure(runs, sizes.add_at, watch),
         verdict=verdict,
         numbers={
             "sizes": asdict(sizes),
             "checkpoint": str(options.checkpoint) if options.checkpoint else None,
-            "behaviour": BEHAVIOUR,
-            "flag": FLAG,
-            "monitor": MONITOR_SPEC,
-            "reward": {"name": REWARD_NAME, "spec": REWARD_SPEC, "component": COMPONENT},
-            "add_command": ["composer-rl", *add_command(work / "with-reward")],
+            "behaviour": watch.behaviour,
+            "flag": watch.flag_key,
+            "monitor": watch.monitor,
+            "reward": {
+                "name": watch.reward_name,
+                "spec": watch.reward_spec,
+                "component": watch.component,
+            },
+            "add_command": ["composer-rl", *add_command(dirs["with-reward"], watch)],
             "work_dir": str(options.work_dir) if options.work_dir else None,
             "verdict_rule": {
                 "min_groups": MIN_GROUPS,

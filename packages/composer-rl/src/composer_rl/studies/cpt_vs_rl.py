@@ -69,7 +69,7 @@ QUICK = Sizes(
         "corpus.max_heldout_chars": 20_000,
         "corpus.tokenizer_chars": 30_000,
         "corpus.vocab_size": 512,
-        "sft_max_tasks": 13,
+        "sft.max_tasks": 13,
         "pretrain.seq_len": 64,
         **{f"pretrain.{k}": v for k, v in _TINY_PHASE.items()},
         "pretrain.optim.warmup_steps": 1,

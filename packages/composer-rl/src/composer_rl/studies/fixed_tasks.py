@@ -48,7 +48,7 @@ class FixedTasks:
     def pick(self, seed: int) -> list[Task]:
         """Training tasks round robin over `TEMPLATES`, in a seeded order."""
         by_template: dict[str, list[Task]] = {}
-        for task in collect_tasks(Split.TRAIN):
+        for task in collect_tasks(Split.TRAIN, pm=None):  # the built-in templates'
             template = task.id.rsplit("-", 1)[0]
             if template in TEMPLATES:
                 by_template.setdefault(template, []).append(task)

@@ -39,9 +39,10 @@ from matplotlib.figure import Figure
 
 from composer_rewards import length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthSettings
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.episodes import read_episodes
-from composer_rl.rl.quick import QUICK_RL_SETTINGS, random_checkpoint
+from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.rl_runs import RLSizes, late_episodes, run_or_reuse
 

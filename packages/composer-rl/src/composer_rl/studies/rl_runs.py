@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from composer_rl.config import ConfigError, load_tables
 from composer_rl.rl.config import RLConfig, load_config, to_toml
 from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.run import run_rl
@@ -50,7 +51,7 @@ def study_settings(
         "eval.every": 0,
     }
     if sizes.lr is not None:
-        settings["train.lr"] = sizes.lr
+        settings["train.optim.lr"] = sizes.lr
     return settings
 
 
@@ -100,8 +101,14 @@ def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | 
             return None
     elif weights.is_file() and weights.stat().st_mtime > written.stat().st_mtime:
         return None
-    # What the file records (to_toml leaves out None settings on both sides) must agree.
-    if tomllib.loads(written.read_text()) != tomllib.loads(to_toml(config)):
+    # What the file records must agree with what `config` would record, both read as the
+    # current configuration reads them (so a file written before a key was renamed still
+    # matches) and written back the same way (to_toml leaves out None settings).
+    try:
+        recorded = as_recorded(tomllib.loads(written.read_text()))
+    except (ConfigError, tomllib.TOMLDecodeError):
+        return None
+    if recorded != as_recorded(tomllib.loads(to_toml(config))):
         return None
     # The steps the final policy descends from: a kill between checkpoints logs the lost
     # steps twice, with a restart record between (`composer_rl.rl.lineage`).
@@ -110,6 +117,11 @@ def finished_history(run_dir: Path, config: RLConfig) -> list[dict[str, Any]] | 
     # task file) ended too: `run_rl` exports final/ only when it returns.
     ended = (run_dir / "final" / "tokenizer.json").is_file()
     return rows if len(rows) >= config.loop.steps or ended else None
+
+
+def as_recorded(tables: dict[str, Any]) -> dict[str, Any]:
+    """An RL run's recorded `config.toml` tables as this version reads and writes them."""
+    return tomllib.loads(to_toml(load_tables(RLConfig, [("config.toml", tables)])))
 
 
 def late_episodes(episodes: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ from composer_model import (
     load_pretrained,
     preset,
 )
-from composer_rl.rl.quick import random_checkpoint
+from composer_rl.agent.quick import random_checkpoint
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.studies.router_replay_learning import (
     LEARN_FULL,

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from composer_rl.rl.compare import paired_margin, score_policy
+from composer_rl.eval.scores import score_policy
+from composer_rl.rl.compare import paired_margin
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
-from composer_rl.rl.run import runner_config
 from composer_rl.studies.fixed_tasks import FixedTasks, training_curve
 from composer_rl.studies.rl_runs import RLSizes, run_or_reuse
 
@@ -69,7 +69,7 @@ def run_learning(
     if quick:
         base = {k: v for k, v in QUICK_RL_SETTINGS.items() if k != "tasks.per_template"}
     base |= {"tasks.source": str(task_file), "train.publish_dtype": PUBLISH_DTYPE}
-    runner = runner_config(load_config(None, {**base, "model": str(model)}))
+    runner = load_config(None, {**base, "model": str(model)}).rollout
 
     def score(name: str, checkpoint: Path) -> dict[str, dict[str, float]]:
         scores = score_policy(name, checkpoint, tasks, runner=runner, samples_for_k=sizes.k)

@@ -8,7 +8,7 @@ deterministic and the variants are paired by task):
 - `none`: no compaction; the context may grow to the engine's `max_seq_len` (the reference:
   what an unlimited budget solves);
 - `summarize` at budget B: when the next turn could pass B tokens, the model is asked for a
-  summary and continues from the task and the summary (`composer_rl.rl.summarize`);
+  summary and continues from the task and the summary (`composer_rl.agent.summarize`);
 - `truncate` at the same B: the oldest whole turns are dropped and the task and the most
   recent turns that leave room for the next one are kept.
 
@@ -42,12 +42,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.agent.quick import random_checkpoint
+from composer_rl.agent.summarize import CompactionMode, SummaryConfig
 from composer_rl.eval.evaluate import EvalConfig, run_eval
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import heldout_tasks
-from composer_rl.rl.config import RolloutSection
-from composer_rl.rl.quick import random_checkpoint
-from composer_rl.rl.summarize import CompactionMode, SummaryConfig
+from composer_rl.rl.config import RolloutConfig
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
 from composer_rl.tasks.model import Task
 
@@ -99,13 +99,10 @@ def episode_row(result: EpisodeResult) -> dict[str, Any]:
 
 def runner_config(mode: CompactionMode | None, budget: int) -> RunnerConfig:
     """The RL loop's rollout settings, greedy, with the given compaction (None: none)."""
-    rollout = RolloutSection()
+    rollout = RolloutConfig()
     summary = (
-        SummaryConfig(
-            context_budget=budget,
-            summary_tokens=rollout.summary_tokens,
-            max_summaries=rollout.max_summaries,
-            mode=mode,
+        (rollout.summary or SummaryConfig()).model_copy(
+            update={"context_budget": budget, "mode": mode}
         )
         if mode is not None
         else None
@@ -124,7 +121,7 @@ def run_variant(
     config = EvalConfig(
         runner=runner_config(mode, budget),
         max_batch_size=24,
-        max_seq_len=RolloutSection().max_seq_len,
+        max_seq_len=RolloutConfig().max_seq_len,
     )
     _, results = run_eval(checkpoint, tasks, config)
     return [episode_row(r) for r in results]

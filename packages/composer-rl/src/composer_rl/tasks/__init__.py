@@ -5,11 +5,10 @@ from composer_rl.tasks import hookspecs
 from composer_rl.tasks.grading import TestReport, grade_files
 from composer_rl.tasks.io import TaskFormatError, load_tasks, save_task_dir, save_tasks_jsonl
 from composer_rl.tasks.mix import DEFAULT_WEIGHTS, TaskMix, mix_metrics, realised_mix
-from composer_rl.tasks.model import GRADING_DIR, Category, Edit, Split, Task
+from composer_rl.tasks.model import GRADING_DIR, Category, Edit, Split, Task, TaskSource
 from composer_rl.tasks.sources import (
     BuiltinTaskSource,
     DirectoryTaskSource,
-    TaskSource,
     collect_tasks,
     sample_tasks,
 )

@@ -16,12 +16,8 @@ registered through the ``composer`` entry-point group is found the same way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from composer_hooks import hookspec
-
-if TYPE_CHECKING:
-    from composer_rl.tasks.sources import TaskSource
+from composer_rl.tasks.model import TaskSource
 
 
 @hookspec

@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from composer_rl.tasks.model import Category, Split, Task
+from composer_rl.tasks.model import Category, Split, Task, TaskSource
 
 if TYPE_CHECKING:
     import pluggy
-
-    from composer_rl.tasks.sources import TaskSource
 
 DEFAULT_WEIGHTS: dict[Category, float] = {
     Category.FEATURE_ITERATION: 0.25,

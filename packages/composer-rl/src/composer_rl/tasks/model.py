@@ -9,8 +9,9 @@ demonstration: one representation serves grading and imitation.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -160,3 +161,13 @@ class Task(BaseModel):
     def split(self) -> str | None:
         value = self.metadata.get("split")
         return str(value) if value is not None else None
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """A named source of tasks (`composer_rl.tasks.sources` has the built-in ones; plugins
+    contribute more through the `composer_task_sources` hook)."""
+
+    name: str
+
+    def tasks(self, split: Split) -> Iterable[Task]: ...

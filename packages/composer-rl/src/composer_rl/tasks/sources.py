@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import pluggy
 
 from composer_rl.tasks import hookspecs
 from composer_rl.tasks.io import load_tasks
-from composer_rl.tasks.model import Split, Task
+from composer_rl.tasks.model import Split, Task, TaskSource
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template
-
-
-@runtime_checkable
-class TaskSource(Protocol):
-    name: str
-
-    def tasks(self, split: Split) -> Iterable[Task]: ...
 
 
 class BuiltinTaskSource:
@@ -71,7 +63,12 @@ def collect_tasks(
     sources: Sequence[TaskSource] | None = None,
     pm: pluggy.PluginManager | None = None,
 ) -> list[Task]:
-    """All tasks of `split` from `sources` (default: the built-ins) plus plugin sources."""
+    """All tasks of `split` from `sources` (default: the built-ins) plus plugin sources.
+
+    :param pm: the job's plugin manager, whose ``composer_task_sources`` plugins add their
+        sources (a job passes its `composer_rl.plugins.JobPlugins`' ``pm``); None asks no
+        plugin.
+    """
     split = Split(split)
     chosen = list(sources) if sources is not None else [BuiltinTaskSource()]
     if pm is not None:

@@ -11,6 +11,10 @@ Status is judged from files: `plugins/state.json` (`finished`, the job's pid and
 - finished: the job marked itself finished, or wrote `final/`;
 - running: its pid is alive on this host, or a log was written in the last `LIVE_WINDOW_S`;
 - stopped: neither; resumable from the newest step checkpoint (the same command resumes).
+
+A group's fate is read from `groups/fates.jsonl`, where the loop records each as it decides
+it (`composer_rl.rl.fates`); it is inferred from metrics.jsonl, the config and the newest
+checkpoint only for a run that predates recorded fates, and the page says so.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from composer_rl.rl.fates import FATES_LOG, FateBook
 from composer_rl.view.index import EpisodeIndex
 from composer_rl.view.jsonl import JsonlTail
 
@@ -35,6 +40,7 @@ LIVE_WINDOW_S = 120.0
 
 EPISODES = Path("episodes") / "episodes.jsonl"
 STEP_DIR = re.compile(r"^step-(\d+)")
+INFERRED = "inferred: this run predates recorded fates (no line for it in groups/fates.jsonl)"
 
 # The curves the run page draws: (title, metric keys or key prefixes ending in "/").
 CHARTS: list[tuple[str, list[str]]] = [
@@ -82,6 +88,8 @@ class RunDir:
     episodes: EpisodeIndex = field(init=False)
     metrics_tail: JsonlTail = field(init=False)
     eval_tail: JsonlTail = field(init=False)
+    fates_tail: JsonlTail = field(init=False)
+    fates: FateBook = field(default_factory=FateBook)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -90,6 +98,7 @@ class RunDir:
         self.episodes = EpisodeIndex(self.path / EPISODES)
         self.metrics_tail = JsonlTail(self.path / "metrics.jsonl")
         self.eval_tail = JsonlTail(self.path / "eval.jsonl")
+        self.fates_tail = JsonlTail(self.path / FATES_LOG)
 
     # --- reading what was appended -------------------------------------------------------
 
@@ -99,6 +108,12 @@ class RunDir:
         with self._lock:
             self.metrics_tail.poll(lambda r, _o, _n: self.metrics.append(r))
             self.eval_tail.poll(lambda r, _o, _n: self.evals.append(r))
+            self.fates_tail.poll(self._add_fate)
+
+    def _add_fate(self, record: dict[str, Any], offset: int, _length: int) -> None:
+        if offset == 0:  # the file's first line: read from the start (again, if replaced)
+            self.fates = FateBook()
+        self.fates.add(record)
 
     def snapshot(self) -> dict[str, Any]:
         """What the live pages watch: counts and status (sent when any of it changes)."""
@@ -109,6 +124,7 @@ class RunDir:
             "steps": len(self.metrics),
             "evals": len(self.evals),
             "groups": self._count_groups(),
+            "fates": self.fates.lines,
             "status": status["state"],
         }
 
@@ -217,8 +233,14 @@ class RunDir:
             if not tail.exists:
                 out.append(what)
         out += self.metrics_tail.notes() + self.episodes.notes() + self.eval_tail.notes()
+        out += self.fates_tail.notes()
         if not (self.path / "groups").is_dir():
             out.append("no groups/: per-token versions and advantages cannot be shown")
+        elif not self.fates_tail.exists:
+            out.append(
+                "no groups/fates.jsonl: this run predates recorded fates, so each group's "
+                "fate is inferred from metrics.jsonl, the config and the newest checkpoint"
+            )
         if self.plugin_state() is None:
             out.append("no readable plugins/state.json: status is judged from file times only")
         if not self.checkpoints():
@@ -305,8 +327,56 @@ class RunDir:
             return None
         return self.path / "groups" / f"{group_id}.json"
 
-    def group_fate(self, group_id: str, rewards: list[float | None], solved: list[bool]) -> str:
-        """Why a group was trained on, dropped as stale, left out as constant, or waits."""
+    def group_fate(
+        self, group_id: str, rewards: list[float | None], solved: list[bool]
+    ) -> dict[str, Any]:
+        """Why a group was trained on, dropped as stale, left out as constant, or waits:
+        `text` (a headline), `reason`, `source` ("recorded": its line in groups/fates.jsonl;
+        "undecided": no fate yet; "inferred": a run that predates recorded fates), `note`
+        and the recorded line (`record`)."""
+        record = self.fates.standing.get(group_id)
+        if record is not None:
+            return {
+                "text": fate_headline(record),
+                "reason": str(record.get("reason") or ""),
+                "source": "recorded",
+                "note": "recorded by the loop when it decided (groups/fates.jsonl)",
+                "record": record,
+            }
+        path = self.group_path(group_id)
+        if not self.fates_tail.exists or group_id in self.fates.unrecorded:
+            text = self._inferred_fate(group_id, rewards, solved)
+            return {
+                "text": text,
+                "reason": "",
+                "source": "inferred",
+                "note": INFERRED,
+                "record": None,
+            }
+        if path is None or not path.exists():
+            text = "still generating: its group file is written when its last episode finishes"
+        elif self.status()["state"] == "running":
+            text = "waiting in the queue for the trainer: not decided yet"
+        else:
+            text = "not decided when the run stopped: a resumed run judges it again"
+        reason = ""
+        voided = self.fates.voided.get(group_id)
+        if voided is not None:
+            reason = (
+                f"the killed run had decided it ({fate_headline(voided)}) after its last "
+                "checkpoint; the resume voided that, and the resumed run decides it again"
+            )
+        return {
+            "text": text,
+            "reason": reason,
+            "source": "undecided",
+            "note": "no fate recorded yet (groups/fates.jsonl)",
+            "record": None,
+        }
+
+    def _inferred_fate(self, group_id: str, rewards: list[float | None], solved: list[bool]) -> str:
+        """A fate guessed from metrics rows, the config and the newest checkpoint's dropped
+        list: only for a run directory that predates recorded fates."""
         for row in self.metrics:
             if group_id in (row.get("trained_groups") or []):
                 return f"trained at step {row.get('step')} (batch lag {row.get('group_lag_max')})"
@@ -364,6 +434,28 @@ class RunDir:
         return out
 
 
+def fate_headline(record: dict[str, Any]) -> str:
+    """One line for a recorded fate (`composer_rl.rl.fates`): what happened, at which step."""
+    step, lag, bound = record.get("step"), record.get("lag"), record.get("bound")
+    staleness = f"lag {'unknown' if lag is None else lag}, bound {bound}" if "lag" in record else ""
+    headline = {
+        "trained": f"trained at step {step}",
+        "dropped_stale": f"dropped as stale after step {step}",
+        "regenerated": f"regenerated after step {step}: its task was generated again",
+        "constant": "left out as constant",
+        "infrastructure_failed": "left out: the infrastructure failed",
+        "left_over": f"left over when the run ended after step {step}, not trained",
+    }.get(str(record.get("fate")), f"{record.get('fate')} (step {step})")
+    extras = [staleness] if staleness else []
+    if record.get("life"):
+        extras.append(f"trainer life {record['life']}")
+    if record.get("resumed"):
+        extras.append("queued again by a resume")
+    if record.get("recovered"):
+        extras.append("recorded at the resume")
+    return headline + (f" ({'; '.join(extras)})" if extras else "")
+
+
 def _ago(age: float | None) -> str:
     if age is None:
         return "never"
@@ -400,4 +492,4 @@ def find_runs(root: Path, depth: int = 3) -> list[Path]:
     return found
 
 
-__all__ = ["CHARTS", "LIVE_WINDOW_S", "RunDir", "find_runs", "looks_like_run"]
+__all__ = ["CHARTS", "LIVE_WINDOW_S", "RunDir", "fate_headline", "find_runs", "looks_like_run"]

@@ -8,6 +8,9 @@ closed: no report, a report without this grading's nonce or that does not parse,
 the task expects that is not in it, a skip the task did not declare, an exit status that
 disagrees with the outcomes, or a kill for time or output is a failed `TestReport` whose
 `failure_reason` says which, never a pass and never an exception that drops the episode.
+A report whose runner lists `problems` (hidden tests that import the workspace: a control
+test that ran otherwise than it must, a test process that did not finish) is refused
+outright: no outcome of that test process counts.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer_infra.sandbox.grading.canaries import matches
 from composer_infra.sandbox.grading.runner import NONCE_NAME, REPORT_NAME, RUNNER_MODULE
 from composer_infra.sandbox.results import CommandResult, TestCase, TestOutcome, TestReport
 
@@ -144,11 +148,6 @@ class GradingRun:
             os.chown(path, *owner)
 
 
-def _matches(test_id: str, pattern: str) -> bool:
-    """`pattern` names `test_id` itself, or a file, class or parametrised family holding it."""
-    return test_id == pattern or test_id.startswith((f"{pattern}::", f"{pattern}["))
-
-
 def refused(reason: str, command: CommandResult | None = None) -> TestReport:
     """A failed verdict with nothing the grader believes in it."""
     return failed_verdict(reason, (), command)
@@ -183,8 +182,9 @@ def _report(
     )
 
 
-def _parse(report: bytes, nonce: str) -> tuple[int, list[TestCase]] | str:
-    """(pytest's exit status, the cases) from the runner's report, or why it is not one."""
+def _parse(report: bytes, nonce: str) -> tuple[int, list[TestCase], list[str]] | str:
+    """(pytest's exit status, the cases, the runner's own reasons to fail the grading) from
+    the runner's report, or why it is not one."""
     try:
         data = json.loads(report.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -193,16 +193,18 @@ def _parse(report: bytes, nonce: str) -> tuple[int, list[TestCase]] | str:
         return "the report is not the grader's: it has no nonce"
     if not secrets.compare_digest(data["nonce"].encode(), nonce.encode()):
         return "the report is not the grader's: its nonce is not this grading's"
-    status, tests = data.get("exit_status"), data.get("tests")
+    status, tests, problems = data.get("exit_status"), data.get("tests"), data.get("problems", [])
     if type(status) is not int or not isinstance(tests, dict):
         return "the grader's report is malformed (exit status or tests)"
+    if type(problems) is not list or not all(type(p) is str for p in problems):
+        return "the grader's report is malformed (problems)"
     cases: list[TestCase] = []
     for name, entry in tests.items():
         if not isinstance(entry, dict) or entry.get("outcome") not in OUTCOMES:
             return f"the grader's report is malformed at {name!r}"
         outcome: TestOutcome = entry["outcome"]
         cases.append(TestCase(name=name, outcome=outcome, message=str(entry.get("message", ""))))
-    return status, cases
+    return status, cases, problems
 
 
 def build_report(
@@ -236,7 +238,12 @@ def build_report(
     )
     if isinstance(parsed, str):
         return refused("; ".join([*reasons, parsed]), command)
-    status, cases = parsed
+    status, cases, problems = parsed
+    if problems:
+        # The runner's own doubts (a control test that ran otherwise than it must, a test
+        # process that did not finish): no outcome of that test process counts, not even
+        # as partial credit.
+        return refused("; ".join([*reasons, *problems]), command)
     ids = [c.name for c in cases]
     if command.exit_code != status:
         reasons.append(
@@ -248,7 +255,7 @@ def build_report(
     missing = [
         e
         for e in (*expected_tests, *run.command.named_tests)
-        if not any(_matches(i, e) for i in ids)
+        if not any(matches(i, e) for i in ids)
     ]
     if missing:
         reasons.append(
@@ -256,7 +263,7 @@ def build_report(
         )
     allowed = tuple(allowed_skips)
     undeclared = [
-        c for c in cases if c.outcome == "skipped" and not any(_matches(c.name, a) for a in allowed)
+        c for c in cases if c.outcome == "skipped" and not any(matches(c.name, a) for a in allowed)
     ]
     for case in undeclared[:5]:
         reasons.append(

@@ -537,11 +537,14 @@
           el("details", {}, el("summary", { text: `transcript (${assistant.length} blocks after the instruction)` }), transcriptView(assistant)));
       });
       box.replaceChildren(...[notesBox(data.notes),
-        el("p", { className: "card" }, "fate: ", el("span", { className: "fate", dataset: { role: "fate" }, text: data.fate })),
+        el("div", { className: "card", dataset: { role: "fate-card", source: data.fate.source } },
+          el("p", {}, "fate: ", el("span", { className: "fate", dataset: { role: "fate" }, text: data.fate.text })),
+          data.fate.reason ? el("p", { dataset: { role: "fate-reason" }, text: data.fate.reason }) : null,
+          el("p", { className: "muted", dataset: { role: "fate-source" }, text: data.fate.note })),
         el("div", { className: "group-grid", dataset: { role: "group" } }, cards)].filter(Boolean));
     }
     await render();
-    live(rid, (snap, last) => { if (snap.steps !== last.steps || snap.episodes !== last.episodes || snap.groups !== last.groups) render(); });
+    live(rid, (snap, last) => { if (snap.steps !== last.steps || snap.episodes !== last.episodes || snap.groups !== last.groups || snap.fates !== last.fates) render(); });
   }
 
   // --- routing ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The evaluation service of the report: scores the newest published policy on held-out data.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. It follows
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. It follows
 the trainer through its own `WeightSubscriber` (so evaluation never stalls training or
 inference) and reports held-out next-token cross-entropy for the version it evaluated.
 `evaluate_tasks` runs greedy agent episodes on held-out tasks with the newest version
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
 
-from composer_infra.store import WeightSubscriber, open_store
-from composer_model import ComposerTokenizer, InferenceEngine, compute_loss, set_threads
+from composer_infra.store import WeightSubscriber
+from composer_model import ComposerTokenizer, InferenceEngine, lm_forward_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.eval.stats import mean_se
-from composer_rl.services._common import (
+from composer_rl.plugins import JobPlugins
+from composer_rl.rl.services._common import (
     ModelSource,
     build_model,
     pack_sequences,
@@ -40,12 +40,16 @@ class EvaluationService:
         *,
         readers: int = 2,
         threads: int | None = None,
+        plugins: JobPlugins | None = None,
     ) -> None:
         set_threads(threads)
+        # The job's plugins: the weight store and the episodes' sandbox backends are looked
+        # up in them (a service made alone is a job of its own, default configuration).
+        self.plugins = plugins if plugins is not None else JobPlugins()
         self.model = build_model(model).eval()
         self.policy_version: int | None = None
         self.subscriber = WeightSubscriber(
-            open_store(store_url), readers=readers, on_update=self._load
+            self.plugins.open_store(store_url), readers=readers, on_update=self._load
         )
 
     def _load(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
@@ -67,7 +71,9 @@ class EvaluationService:
         input_ids, cu_seqlens = pack_sequences(sequences, self.model.config.vocab_size)
         with torch.no_grad():
             loss = float(
-                compute_loss(self.model, input_ids, cu_seqlens=cu_seqlens, mtp_weight=0.0).lm_loss
+                lm_forward_loss(
+                    self.model, input_ids, cu_seqlens=cu_seqlens, mtp_weight=0.0
+                ).lm_loss
             )
         return {
             "version": self.policy_version,
@@ -99,8 +105,8 @@ class EvaluationService:
         version = self.policy_version
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         engine = InferenceEngine(self.model, tokenizer, max_batch_size=16)
-        greedy = replace(runner, temperature=0.0, record_routing=False, summary=runner.summary)
-        episodes = EpisodeRunner(engine, tokenizer, greedy)
+        greedy = runner.model_copy(update={"temperature": 0.0, "record_routing": False})
+        episodes = EpisodeRunner(engine, tokenizer, greedy, self.plugins.backends)
         try:
             results = episodes.run(list(tasks))
         finally:

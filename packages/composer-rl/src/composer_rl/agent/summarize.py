@@ -17,8 +17,9 @@ tiny model to summarize at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER, render_prompt
 
@@ -34,32 +35,44 @@ SUMMARY_REQUEST = (
 """Appended (as context, not as the model's tokens) when the trigger fires."""
 
 
-@dataclass(frozen=True)
-class SummaryConfig:
-    """When to condense the context, how, and how much room a summary gets (tokens).
+class SummaryConfig(BaseModel):
+    """When to condense an episode's context, how, and how much room a summary gets (tokens).
 
-    `max_summaries` bounds the compactions of one episode in either mode."""
+    The defaults are the RL rollouts' (`composer-rl rl`'s ``[rollout.summary]``), the only
+    place a context is condensed unless asked: evaluation's runner has no summaries
+    (`RunnerConfig.summary` None). `max_summaries` bounds the compactions of one episode
+    in either mode."""
 
-    context_budget: int = 768  # condense when the next turn could pass this many tokens
-    summary_tokens: int = 128
-    max_summaries: int = 4
-    mode: CompactionMode = "summarize"
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __post_init__(self) -> None:
-        if self.mode not in ("summarize", "truncate"):
-            raise ValueError(f"summary mode must be 'summarize' or 'truncate'; got {self.mode!r}")
-        if self.summary_tokens < 8 or self.context_budget <= self.summary_tokens:
+    context_budget: int | None = Field(
+        default=768,
+        description="condense when the next turn could pass this many context tokens "
+        "(none: never; the episode ends when its context is full)",
+    )
+    summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
+    max_summaries: int = Field(default=3, ge=1, description="compactions an episode may make")
+    mode: CompactionMode = Field(
+        default="summarize",
+        description="how a full context is condensed: the model's summary, or 'truncate' "
+        "(drop the oldest turns; the self-summary study's baseline)",
+    )
+
+    @model_validator(mode="after")
+    def _room_for_the_summary(self) -> SummaryConfig:
+        if self.context_budget is not None and self.context_budget <= self.summary_tokens:
             raise ValueError(
-                "summary: need summary_tokens >= 8 and context_budget > summary_tokens; got "
-                f"{self.summary_tokens} and {self.context_budget}"
+                "summary: need context_budget > summary_tokens (>= 8); got "
+                f"{self.context_budget} and {self.summary_tokens}"
             )
+        return self
 
 
 def should_summarize(
     context_tokens: int, next_turn_tokens: int, done: int, config: SummaryConfig | None
 ) -> bool:
     """The trigger: the next turn could cross the budget and compactions are left."""
-    if config is None or done >= config.max_summaries:
+    if config is None or config.context_budget is None or done >= config.max_summaries:
         return False
     return context_tokens + next_turn_tokens > config.context_budget
 

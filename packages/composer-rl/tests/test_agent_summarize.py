@@ -11,25 +11,32 @@ from composer_model import (
     InferenceEngine,
     OptimConfig,
     build_optimizer,
-    compute_loss,
+    lm_forward_loss,
     preset,
     train_step,
     train_tokenizer,
 )
 from composer_rewards import score_episode
-from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, _Live
+from composer_rewards.episode import COMPACTIONS_KEY
+from composer_rl.agent.episode import (
+    EpisodeResult,
+    EpisodeRunner,
+    RunnerConfig,
+    _Live,
+    episode_view,
+)
 from composer_rl.agent.format import render_prompt
 from composer_rl.agent.oracle import oracle_summary, summary_demonstration
-from composer_rl.agent.transcript import Transcript
-from composer_rl.plugins import build_plugin_manager
-from composer_rl.rl.episodes import score_result
-from composer_rl.rl.orchestrator import assign_advantages
-from composer_rl.rl.summarize import (
+from composer_rl.agent.summarize import (
     SummaryConfig,
     condensed_prompt,
     should_summarize,
     truncation_start,
 )
+from composer_rl.agent.transcript import Transcript
+from composer_rl.plugins import build_plugin_manager
+from composer_rl.rl.episodes import score_result
+from composer_rl.rl.orchestrator import assign_advantages
 from composer_rl.stages.packing import make_batch, pack_documents
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
 
@@ -82,6 +89,7 @@ def test_truncation_continues_from_the_task_and_the_latest_turns() -> None:
             state.turn_starts.append(len(state.ids))
             state.ids += turn
             result.record.add_context(turn)
+        state.turns = len(turns)
         runner._truncate(state, summary.context_budget)
         return state, result
 
@@ -94,6 +102,9 @@ def test_truncation_continues_from_the_task_and_the_latest_turns() -> None:
     )
     assert result.record.tokens == state.ids and not any(result.record.sampled)
     assert result.compactions == [tokenizer.decode(turns[1] + turns[2])]
+    # Recorded for the reward plugins: the compaction came after the third turn.
+    assert result.compacted_after_turns == [3]
+    assert episode_view(result, tokenizer).metadata[COMPACTIONS_KEY] == [3]
     state, result = truncate(room=len(turns[1]) + len(turns[2]) - 1)
     assert state.ids == head + turns[2]
     state, result = truncate(room=0)
@@ -129,7 +140,7 @@ def test_taught_model_summarizes_continues_and_segments_share_the_reward() -> No
         loss = train_step(
             model,
             optimizer,
-            lambda: compute_loss(
+            lambda: lm_forward_loss(
                 model,
                 batch.input_ids,
                 positions=batch.positions,
@@ -148,6 +159,7 @@ def test_taught_model_summarizes_continues_and_segments_share_the_reward() -> No
     (result,) = EpisodeRunner(engine, tokenizer, config).run([task])
     assert result.summaries == [oracle_summary(task)]
     assert len(result.records) == 2
+    assert result.compacted_after_turns == [1]  # after the first turn's read
     assert result.solved, result.transcript.text
     pm = build_plugin_manager()
     scored = score_result(result, lambda episode: score_episode(pm, episode), tokenizer)

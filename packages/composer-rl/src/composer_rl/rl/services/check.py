@@ -22,9 +22,9 @@ import ray
 
 from composer_infra.environment import EnvironmentConfig
 from composer_model import ModelConfig
-from composer_rl.services._common import ModelSource
-from composer_rl.services.launch import Services, start_services
-from composer_rl.services.training import TrainingConfig
+from composer_rl.rl.services._common import ModelSource
+from composer_rl.rl.services.launch import Services, start_services
+from composer_rl.rl.services.training import TrainingConfig
 
 T = TypeVar("T")
 

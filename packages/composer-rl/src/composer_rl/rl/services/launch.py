@@ -31,10 +31,11 @@ from ray.actor import ActorHandle
 
 from composer_infra.environment import EnvironmentConfig, EnvironmentService
 from composer_infra.runtime import RayRuntime, RuntimeConfig
-from composer_rl.services._common import ModelSource
-from composer_rl.services.evaluation import EvaluationService
-from composer_rl.services.inference import InferenceService
-from composer_rl.services.training import TrainingConfig, TrainingService
+from composer_rl.plugins import JobPlugins
+from composer_rl.rl.services._common import ModelSource
+from composer_rl.rl.services.evaluation import EvaluationService
+from composer_rl.rl.services.inference import InferenceService
+from composer_rl.rl.services.training import TrainingConfig, TrainingService
 
 LOOPBACK = "127.0.0.1"
 
@@ -84,6 +85,7 @@ class TrainingRank(TrainingService):
         store_url: str,
         checkpoint_dir: str,
         config: TrainingConfig,
+        plugins: JobPlugins | None = None,
     ) -> int:
         """Join the group at `address`, then become the training service; its version."""
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -92,7 +94,7 @@ class TrainingRank(TrainingService):
         dist.init_process_group(
             backend, init_method=f"tcp://{address}", rank=self.rank, world_size=self.world_size
         )
-        TrainingService.__init__(self, model, store_url, checkpoint_dir, config)
+        TrainingService.__init__(self, model, store_url, checkpoint_dir, config, plugins=plugins)
         return self.policy_version
 
     def close(self) -> None:
@@ -102,6 +104,15 @@ class TrainingRank(TrainingService):
             dist.destroy_process_group()
 
 
+class JobEnvironmentService(EnvironmentService):
+    """composer-infra's `EnvironmentService` with its backends from the job's plugins (the
+    actor builds the job's manager from the pickled configuration; None: the defaults)."""
+
+    def __init__(self, config: EnvironmentConfig, plugins: JobPlugins | None = None) -> None:
+        job = plugins if plugins is not None else JobPlugins()
+        super().__init__(config, registry=job.backends)
+
+
 def _spawn_training_ranks(
     rt: RayRuntime,
     model: ModelSource,
@@ -109,13 +120,19 @@ def _spawn_training_ranks(
     checkpoint_dir: str,
     config: TrainingConfig,
     resources: dict[str, float] | None,
+    plugins: JobPlugins | None = None,
 ) -> list[ActorHandle]:
     """dp x cp `TrainingRank` actors joined in one process group, services built."""
     world = config.parallel.world_size
     ranks = [rt.spawn(TrainingRank, rank, world, resources=resources) for rank in range(world)]
     nodes: list[str] = ray.get([rank.node.remote() for rank in ranks])
     address = str(ray.get([ranks[0].rendezvous.remote(len(set(nodes)) == 1)])[0])
-    ray.get([rank.join.remote(address, model, store_url, checkpoint_dir, config) for rank in ranks])
+    ray.get(
+        [
+            rank.join.remote(address, model, store_url, checkpoint_dir, config, plugins)
+            for rank in ranks
+        ]
+    )
     return ranks
 
 
@@ -211,6 +228,7 @@ def start_services(
     threads: int | None = None,
     placement: Mapping[str, Mapping[str, float]] | None = None,
     inference_options: Mapping[str, Any] | None = None,
+    plugins: JobPlugins | None = None,
 ) -> Services:
     """Spawn training, `inference_replicas` inference, environment and evaluation actors.
 
@@ -227,6 +245,11 @@ def start_services(
     A resource that no live node offers in that amount is an error here rather than an
     actor that waits forever to be scheduled. `inference_options` are further keyword
     arguments of every `InferenceService` (e.g. ``follow_interval_s``, ``max_seq_len``).
+
+    `plugins` are the job's (`JobPlugins`): every actor gets them, pickled as the job's
+    plugin configuration, and builds its one manager from it, where the weight store and the
+    sandbox backends are looked up. Without them each actor is a job of its own with the
+    default configuration.
     """
     if inference_replicas < 1:
         raise ValueError(f"inference_replicas must be >= 1, got {inference_replicas}")
@@ -245,7 +268,13 @@ def start_services(
         ranks: list[ActorHandle] = []
         if training_config.parallel.world_size > 1:
             ranks = _spawn_training_ranks(
-                rt, model, url, str(run / "checkpoints"), training_config, where.get("training")
+                rt,
+                model,
+                url,
+                str(run / "checkpoints"),
+                training_config,
+                where.get("training"),
+                plugins,
             )
             trainer = ranks[0]
         else:
@@ -255,6 +284,7 @@ def start_services(
                 url,
                 str(run / "checkpoints"),
                 training_config,
+                plugins=plugins,
                 resources=where.get("training"),
             )
         ray.get(trainer.version.remote())  # constructed: version 0 is in the store
@@ -265,15 +295,23 @@ def start_services(
                 url,
                 max_batch_size=max_batch_size,
                 threads=threads,
+                plugins=plugins,
                 resources=where.get("inference"),
                 **dict(inference_options or {}),
             )
             for _ in range(inference_replicas)
         ]
         env_config = environment or EnvironmentConfig(work_dir=run / "sandboxes", warm_sandboxes=0)
-        env = rt.spawn(EnvironmentService, env_config, resources=where.get("environment"))
+        env = rt.spawn(
+            JobEnvironmentService, env_config, plugins=plugins, resources=where.get("environment")
+        )
         evaluation = rt.spawn(
-            EvaluationService, model, url, threads=threads, resources=where.get("evaluation")
+            EvaluationService,
+            model,
+            url,
+            threads=threads,
+            plugins=plugins,
+            resources=where.get("evaluation"),
         )
     except BaseException:
         if owns_runtime:

@@ -1,6 +1,6 @@
 """The training service of the report: owns the policy and its optimizer, publishes every version.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Each
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. Each
 `train_step` is one optimizer step on a token batch, after which the policy version goes
 up by one and the new weights go to the weight store in the background
 (`WeightPublisher`: XOR deltas, snapshots, manifest last), so inference services pick
@@ -13,17 +13,19 @@ lineage.json`) that tells the loop which weights every version number names.
 A step is `composer_model.train_step`, the one step the stage-one phases take too, on an
 optimizer from `composer_model.build_optimizer` (weight decay on matrices only, warm-up
 then a constant rate, or a cosine to `total_steps` when the run's length is known). The
-loss is `composer_model.compute_loss` (next-token cross-entropy + the config's MTP term)
-unless the caller passes its own; `train_rl(trajectories)` is the same step with the RL
-objective (`composer_rl.rl.trainer.rl_loss`) on a router-replayed forward.
+objective is `composer_model.lm_forward_loss` (the step's forward, then the one loss on
+its outputs: next-token cross-entropy + the config's MTP term) unless the caller passes its
+own; `train_rl(trajectories)` is the RL step (`composer_rl.rl.trainer.rl_step`: the same
+`train_step` on a router-replayed forward and `composer_rl.rl.loss.rl_loss`).
 
 Data, context and expert parallelism (`TrainingConfig.parallel`, dp x cp ranks, ep dividing
 them): every rank constructs the service inside one process group (torchrun, or the Ray
-rank actors of `composer_rl.services.launch`) and calls `train_rl` (or `train_step`) with
-the *same* whole batch; each dp rank keeps its share (Karmarkar-Karp on a*L + L^2), each cp
-rank a head-tail shard of that share (`rl_loss(..., context=...)` computes next tokens, MTP
-targets and teachers on the whole row), its loss is its share of the whole batch's
-(`rl_loss(..., whole=...)`), and the step's parallel hooks sum gradients and metrics.
+rank actors of `composer_rl.rl.services.launch`) and calls `train_rl` (or `train_step`) with
+the *same* whole batch; each dp rank keeps its share (`Parallel.dp_sequences`:
+Karmarkar-Karp on a*L + L^2), the step shards it once for each cp rank (next tokens, MTP
+inputs, targets and teachers computed on the whole row), the loss is the rank's share of
+the whole batch's (its normalisers are the whole batch's counts), and the step's parallel
+hooks sum gradients and metrics.
 Rank 0 alone publishes (the full weights, expert shards gathered) and exports; step
 checkpoints are per rank (`rank-NNN/`).
 """
@@ -33,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -45,14 +47,14 @@ from composer_infra.store import (
     PublisherConfig,
     WeightPublisher,
     WeightSubscriber,
-    open_store,
 )
 from composer_model import (
     ComposerModel,
     OptimConfig,
     StepObjective,
+    StepStats,
     build_optimizer,
-    compute_loss,
+    lm_forward_loss,
     lr_at,
     save_pretrained,
     set_threads,
@@ -60,17 +62,13 @@ from composer_model import (
     train_step,
 )
 from composer_model.model import positions_from_cu_seqlens
-from composer_parallel import (
-    apply_context_parallel,
-    attention_cost_ratio,
-    full_state_dict,
-    plan_global_batch,
-    sharded_loss,
-)
-from composer_rl.rl.batch import Trajectory, pack
+from composer_parallel import attention_cost_ratio, full_state_dict
+from composer_rl.plugins import JobPlugins
+from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
-from composer_rl.rl.trainer import RLContext, RLLossConfig, global_batch_of, rl_loss
-from composer_rl.services._common import ModelSource, build_model, pack_sequences
+from composer_rl.rl.loss import RLLossConfig
+from composer_rl.rl.services._common import ModelSource, build_model, pack_sequences
+from composer_rl.rl.trainer import rl_step
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.stages.packing import PackedRows, batch_rows, make_batch, pack_documents
 
@@ -81,7 +79,9 @@ cu_seqlens) -> an object with a ``loss`` tensor and a ``metrics`` mapping."""
 ANCHOR_SEQ_LEN = 1024
 """Row length of the SFT anchor's packed demonstrations (the SFT phase's)."""
 
-SERVICE_OPTIM = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
+RL_OPTIM = OptimConfig(lr=1e-4, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0)
+"""The training service's optimizer by default: RL's (a constant 1e-4 after no warm-up, no
+weight decay, clipping at 1.0). Stage one's phases have theirs (`Stage1Config`)."""
 
 
 class TrainerRestarted(RuntimeError):
@@ -89,45 +89,66 @@ class TrainerRestarted(RuntimeError):
 
 
 class TrainingConfig(BaseModel):
-    """Optimizer, publishing and checkpoint cadence of the training service."""
+    """The training service: its optimizer, parallelism, publishing and checkpoints.
+
+    It is `composer-rl rl`'s ``[train]`` section as it is; the RL run sets the fields that
+    follow its other knobs (`seed`, `threads`, the objective `rl` from ``[loss]``, the
+    reference policy, the anchor's end-of-text id; `composer_rl.rl.config.RLConfig`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     optim: OptimConfig = Field(
-        default=SERVICE_OPTIM,
-        description="AdamW settings and schedule, as in the stage-one phases",
+        default=RL_OPTIM,
+        description="the RL trainer's AdamW and schedule, a section of its own: its defaults "
+        "are RL's (lr 1e-4 constant, no weight decay, no warm-up), not a stage-one phase's",
     )
     total_steps: int | None = Field(
         default=None,
         gt=0,
-        description="the run's length for the cosine schedule; None: constant after warm-up",
+        description="the run's length for the cosine schedule; none: constant after warm-up",
     )
     checkpoint_every: int = Field(
-        default=10, ge=0, description="a step checkpoint every N steps; 0 never"
+        default=1,
+        ge=0,
+        description="steps between trainer checkpoints (0: never): a kill loses the steps since "
+        "the last one (their groups are trained again); the tiny preset's is 32 MiB in "
+        "0.1-0.3 s, under a hundredth of a step (benchmarks/kill_cost.py)",
     )
-    keep_checkpoints: int = Field(default=3, ge=1)
-    snapshot_every: int = Field(default=10, ge=1, description="full weight snapshot every N")
-    publish_dtype: str | None = Field(
-        default=None, description="e.g. 'bfloat16'; None publishes the parameter dtype"
+    keep_checkpoints: int = Field(default=3, ge=1, description="step checkpoints kept")
+    snapshot_every: int = Field(
+        default=10, ge=1, description="a full weight snapshot every N versions (XOR deltas between)"
     )
-    seed: int = 0
+    publish_dtype: Literal["float32", "bfloat16"] | None = Field(
+        default=None,
+        description="precision of the weights the engines receive (none: the trainer's, "
+        "float32). 'bfloat16' halves the sync's bytes, and the engines then decode with "
+        "bf16-rounded weights while the trainer keeps float32: a train/inference mismatch "
+        "of the kind router replay corrects (the router-replay study's learning runs)",
+    )
+    parallel: ParallelConfig = Field(
+        default_factory=ParallelConfig,
+        description="dp x cp training ranks (ep dividing them) in one process group: the Ray "
+        "rank actors of `composer-rl rl` (also --dp, --cp, --ep), or torchrun",
+    )
+    anchor_data: Path | None = Field(
+        default=None,
+        description="a stage-one run's sft_tokens.pt: the SFT anchor's demonstrations, for "
+        "loss.anchor_weight > 0 (composer-rl rl's default: the one of the stage-one run the "
+        "model comes from, MODEL/../../sft_tokens.pt)",
+    )
+    seed: int = Field(default=0, description="seed of the model's initialisation and the anchor")
     threads: int | None = Field(default=None, ge=1, description="torch threads in this process")
     rl: RLLossConfig = Field(default_factory=RLLossConfig, description="the RL objective")
     reference: bool = Field(
         default=False,
         description="keep a frozen copy of the initial policy as the KL reference (RL)",
     )
-    parallel: ParallelConfig = Field(
-        default_factory=ParallelConfig,
-        description="dp x cp ranks (ep dividing them) joined in one process group: torchrun, "
-        "or the Ray rank actors of start_services",
-    )
-    anchor_data: str | None = Field(
-        default=None,
-        description="a stage-one run's sft_tokens.pt: the demonstrations of the SFT anchor "
-        "(needed when rl.anchor_weight > 0)",
-    )
     anchor_eos_id: int = Field(default=0, ge=0, description="the tokenizer's end-of-text id")
+
+    @property
+    def ranks(self) -> int:
+        """Training processes: dp x cp (one Ray actor each when above 1)."""
+        return self.parallel.world_size
 
 
 class TrainingService:
@@ -140,8 +161,13 @@ class TrainingService:
         store_url: str,
         checkpoint_dir: str | Path | None = None,
         config: TrainingConfig | None = None,
+        *,
+        plugins: JobPlugins | None = None,
     ) -> None:
         self.config = config or TrainingConfig()
+        # The job's plugins: the weight store is looked up in them (a service made alone is a
+        # job of its own, with the default configuration).
+        self.plugins = plugins if plugins is not None else JobPlugins()
         set_threads(self.config.threads)
         self.model: ComposerModel = build_model(model, seed=self.config.seed).train()
         self.parallel = self.config.parallel.apply(self.model)
@@ -160,17 +186,8 @@ class TrainingService:
         if self.config.reference:
             self.reference = build_model(model, seed=self.config.seed).eval()
             self.reference.requires_grad_(False)
-        self.rl_context: RLContext | None = None
-        if self.parallel is not None and self.parallel.context is not None:
-            assert self.parallel.meshes is not None
-            reference_context = (
-                apply_context_parallel(
-                    self.reference, self.parallel.meshes.cp_group, self.config.parallel.cp_mode
-                )
-                if self.reference is not None
-                else None
-            )
-            self.rl_context = RLContext(self.parallel.context, reference_context)
+        if self.parallel is not None and self.reference is not None:
+            self.parallel.apply_context(self.reference)  # runs on the policy's cp shards
         self.anchor = self._anchor_rows()
         self.step = 0
         self.policy_version = 0
@@ -184,7 +201,7 @@ class TrainingService:
         restored_version = self.policy_version
         self.publisher: WeightPublisher | None = None
         if self._main:  # one writer of the weight store
-            store = open_store(store_url)
+            store = self.plugins.open_store(store_url)
             restored = self._skip_used_versions(store, restored) or restored
             self.publisher = WeightPublisher(
                 store,
@@ -247,16 +264,6 @@ class TrainingService:
         if self.publisher is not None:
             self.publisher.publish(state, self.policy_version)
 
-    def _dp_share(self, lengths: Sequence[int]) -> list[int]:
-        """Indices of this rank's sequences of the whole batch (every rank gets some)."""
-        assert self.parallel is not None
-        dp = self.parallel.dims.dp
-        if len(lengths) < dp:
-            raise ValueError(f"a batch of {len(lengths)} sequences cannot feed dp={dp} ranks")
-        a = attention_cost_ratio(self.model.config)
-        plan = plan_global_batch(list(lengths), dp, a)
-        return [i for micro in plan[self.parallel.dp_index] for i in micro.sequences]
-
     def _anchor_rows(self) -> PackedRows | None:
         """The SFT anchor's demonstrations, packed as the SFT phase packs them."""
         if self.config.rl.anchor_weight == 0:
@@ -288,7 +295,7 @@ class TrainingService:
         sequences, packed into one row with document boundaries).
 
         The objective is `loss_fn(model, input_ids, cu_seqlens)`, by default
-        `compute_loss` (next-token + the config's MTP term). Returns the step's metrics
+        `lm_forward_loss` (next-token + the config's MTP term). Returns the step's metrics
         and the new policy version. Publishing runs in the background; `wait=True` (or
         `flush()`) returns only once the version is visible in the store.
         """
@@ -301,7 +308,9 @@ class TrainingService:
                 )
             return self._parallel_train_step(batch, input_ids, cu_seqlens, wait=wait)
         objective = loss_fn or _next_token_loss
-        stats = self._optimize(lambda: objective(self.model, input_ids, cu_seqlens), wait=wait)
+        stats = self._optimize(
+            lambda: self._step(lambda: objective(self.model, input_ids, cu_seqlens)), wait=wait
+        )
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -316,23 +325,23 @@ class TrainingService:
         """This rank's share of the next-token step on the whole `batch` (packed as given)."""
         assert self.parallel is not None
         parallel = self.parallel
-        mine = [batch[i] for i in self._dp_share([len(seq) for seq in batch])]
+        a = attention_cost_ratio(self.model.config)
+        mine = [batch[i] for i in parallel.dp_sequences([len(seq) for seq in batch], a)]
         local_ids, local_cu = pack_sequences(mine, self.model.config.vocab_size)
         counts = target_counts(input_ids, cu_seqlens, len(self.model.mtp_modules))
         positions = positions_from_cu_seqlens(local_cu, local_ids.numel())
 
         def objective() -> StepObjective:
-            return sharded_loss(
+            return lm_forward_loss(
                 self.model,
-                parallel,
                 local_ids,
-                positions.reshape(1, -1),
-                local_cu,
-                counts,
-                mtp_weight=self.model.config.mtp_loss_weight,
+                positions=positions.reshape(1, -1),
+                cu_seqlens=local_cu,
+                denominators=counts,
+                parallel=parallel,
             )
 
-        stats = self._optimize(objective, wait=wait)
+        stats = self._optimize(lambda: self._step(objective), wait=wait)
         stats["tokens"] = int(input_ids.numel())
         return stats
 
@@ -342,9 +351,10 @@ class TrainingService:
         loop_state: dict[str, Any] | None = None,
         life: int | None = None,
     ) -> dict[str, Any]:
-        """One step of the RL objective (`composer_rl.rl.trainer.rl_loss`) on `trajectories`.
+        """One RL step (`composer_rl.rl.trainer.rl_step`) on `trajectories`, published as
+        the next policy version.
 
-        The same step as `train_step`, with the policy-gradient loss on a router-replayed
+        The same `train_step` as `train_step`'s, with the RL loss on a router-replayed
         forward. `loop_state` (the orchestrator's consumed and dropped groups) is stored
         with the next step checkpoint, so a resumed run trains exactly the groups it had not.
         `life` is the trainer life (`VersionTree.life`) the orchestrator chose the batch
@@ -358,52 +368,48 @@ class TrainingService:
                 f"life {self.lineage.life}, the loop knows life {life}); run the same command "
                 "again to resume the loop from the checkpoints"
             )
-        batch = pack(trajectories)
         if loop_state is not None:
             self.loop_state = dict(loop_state)
-        if self.parallel is None:
-            anchor = None
-            if self.anchor is not None:  # rows a function of (seed, step): same after resume
-                rows = batch_rows(
-                    len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
-                )
-                anchor = make_batch(self.anchor, rows)
-            stats = self._optimize(
-                lambda: rl_loss(self.model, batch, self.config.rl, self.reference, anchor=anchor)
+        anchor = None
+        if self.anchor is not None:  # rows a function of (seed, step): same after resume
+            rows = batch_rows(
+                len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
             )
-        else:  # this rank's share of the whole batch (every rank was given all of it)
-            whole = global_batch_of(batch, len(self.model.mtp_modules))
-            mine = pack(
-                [trajectories[i] for i in self._dp_share([len(t.tokens) for t in trajectories])]
-            )
-            stats = self._optimize(
-                lambda: rl_loss(
-                    self.model,
-                    mine,
-                    self.config.rl,
-                    self.reference,
-                    whole=whole,
-                    context=self.rl_context,
-                )
-            )
-        stats["tokens"] = batch.num_tokens
-        stats["sequences"] = batch.num_sequences
-        return stats
-
-    def _optimize(
-        self, objective: Callable[[], StepObjective], *, wait: bool = False
-    ) -> dict[str, Any]:
-        """`composer_model.train_step`, then version v+1 published (and checkpointed on cadence)."""
-        began = time.monotonic()
-        try:
-            stats = train_step(
+            anchor = make_batch(self.anchor, rows)
+        stats = self._optimize(
+            lambda: rl_step(
                 self.model,
                 self.optimizer,
-                objective,
+                trajectories,
+                self.config.rl,
                 grad_clip=self.config.optim.grad_clip,
                 lr=lr_at(self.step, self.config.total_steps, self.config.optim),
                 parallel=self.parallel,
+                reference=self.reference,
+                anchor=anchor,
             )
+        )
+        stats["tokens"] = sum(len(t.tokens) for t in trajectories)
+        stats["sequences"] = len(trajectories)
+        return stats
+
+    def _step(self, objective: Callable[[], StepObjective]) -> StepStats:
+        """`composer_model.train_step` on `objective` at this step's learning rate."""
+        return train_step(
+            self.model,
+            self.optimizer,
+            objective,
+            grad_clip=self.config.optim.grad_clip,
+            lr=lr_at(self.step, self.config.total_steps, self.config.optim),
+            parallel=self.parallel,
+        )
+
+    def _optimize(self, step: Callable[[], StepStats], *, wait: bool = False) -> dict[str, Any]:
+        """One optimizer step (`step`: `_step` or the RL step), then version v+1 published
+        (and checkpointed on cadence)."""
+        began = time.monotonic()
+        try:
+            stats = step()
         except FloatingPointError as error:
             raise FloatingPointError(f"training step {self.step + 1}: {error}") from error
         self.step += 1
@@ -483,4 +489,4 @@ class TrainingService:
 def _next_token_loss(
     model: ComposerModel, input_ids: torch.Tensor, cu_seqlens: torch.Tensor
 ) -> StepObjective:
-    return compute_loss(model, input_ids, cu_seqlens=cu_seqlens)
+    return lm_forward_loss(model, input_ids, cu_seqlens=cu_seqlens)

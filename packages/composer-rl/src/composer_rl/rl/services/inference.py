@@ -1,6 +1,6 @@
 """The inference service of the report: an `InferenceEngine` that follows the trainer's versions.
 
-A plain class; `composer_rl.services.start_services` runs it as a Ray actor. Weights
+A plain class; `composer_rl.rl.services.start_services` runs it as a Ray actor. Weights
 arrive through a `WeightSubscriber` whose `on_update` is the engine's `update_weights`,
 so every generated token carries the policy version that sampled it (what off-policy
 corrections in the RL loss need), with its behaviour log-probability and, on request,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from composer_infra.store import WeightSubscriber, open_store
+from composer_infra.store import WeightSubscriber
 from composer_model import (
     ComposerTokenizer,
     GenerationResult,
@@ -20,7 +20,8 @@ from composer_model import (
     set_threads,
 )
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.services._common import ModelSource, build_model, wait_for_version
+from composer_rl.plugins import JobPlugins
+from composer_rl.rl.services._common import ModelSource, build_model, wait_for_version
 from composer_rl.tasks.model import Task
 
 
@@ -38,8 +39,12 @@ class InferenceService:
         threads: int | None = None,
         max_seq_len: int | None = None,
         compile_decode: bool = False,
+        plugins: JobPlugins | None = None,
     ) -> None:
         set_threads(threads)
+        # The job's plugins: the weight store and the episodes' sandbox backends are looked
+        # up in them (a service made alone is a job of its own, default configuration).
+        self.plugins = plugins if plugins is not None else JobPlugins()
         self.engine = InferenceEngine(
             build_model(model),
             max_batch_size=max_batch_size,
@@ -48,7 +53,9 @@ class InferenceService:
         )
         self.runner: EpisodeRunner | None = None
         self.subscriber = WeightSubscriber(
-            open_store(store_url), readers=readers, on_update=self.engine.update_weights
+            self.plugins.open_store(store_url),
+            readers=readers,
+            on_update=self.engine.update_weights,
         )
         if follow_interval_s is not None:  # pick up versions in the background as they land
             self.subscriber.start_following(interval_s=follow_interval_s)
@@ -103,7 +110,7 @@ class InferenceService:
         """Drive agent episodes on this engine (the RL loop's rollout side)."""
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         self.engine.tokenizer = tokenizer
-        self.runner = EpisodeRunner(self.engine, tokenizer, config)
+        self.runner = EpisodeRunner(self.engine, tokenizer, config, self.plugins.backends)
 
     def _runner(self) -> EpisodeRunner:
         if self.runner is None:
