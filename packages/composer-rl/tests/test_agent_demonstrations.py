@@ -504,7 +504,8 @@ def test_stage_one_demonstrations_count_each_kind_and_keep_the_summaries() -> No
     assert first.segments[-1].kind == "summary" and second.segments[-1].kind == "final_message"
 
 
-FAST = ["fix_operator", "find_definition"]
+FAST = ["fix_operator", "find_definition", "float_money"]
+"""Two one-file templates and a change across three files (issue 31)."""
 
 
 @pytest.mark.parametrize("name", FAST)

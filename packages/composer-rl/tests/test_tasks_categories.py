@@ -1,7 +1,7 @@
 """The report's four remaining categories: each has templates with hidden tests and an
-oracle, one of them a change across several files and tens of lines, and the graders
-cannot be passed cheaply (a review naming every line, a correct but slow function, a fix
-that edits the file it was told to leave alone)."""
+oracle, and the graders cannot be passed cheaply (a review naming every line, a correct but
+slow function, a fix that edits the file it was told to leave alone). Every category has a
+template whose change spans several files and tens of lines (issues #18 and 31)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from composer_rl.tasks import BUILTIN_TEMPLATES, Category, Edit, Split, Task, gr
 from composer_rl.tasks.stats import changed_lines, medians_by_category, task_size
 from composer_rl.tasks.templates import MULTI_FILE_TEMPLATES
 
-NEW = {Category.CODE_REVIEW, Category.OPTIMISATION, Category.DEVOPS, Category.MIGRATION}
 BY_NAME = {t.name: t for t in BUILTIN_TEMPLATES}
 
 
@@ -27,7 +26,9 @@ ORDER = [
     "implement_stub", "add_string_function", "extract_constant", "rename_function",
     "read_constant", "find_definition", "add_docstring", "write_tests", "review_diff",
     "review_and_fix", "memoize_recursion", "batch_queries", "fix_config", "fix_ci",
-    "move_callers", "tuples_to_dataclass", "pick_item", "keep_items",
+    "move_callers", "tuples_to_dataclass", "pick_item", "keep_items", "float_money",
+    "add_cli_option", "add_command", "rename_field", "remove_dead_code", "fix_doc_examples",
+    "write_package_tests", "address_review", "index_lookups", "prints_to_logging",
 ]  # fmt: skip
 """The templates in the order they were added: new ones go at the end."""
 
@@ -45,12 +46,18 @@ def test_the_templates_keep_their_order_and_the_first_thirteen_their_sizes() -> 
 
 
 def test_every_category_has_a_multi_file_template_of_tens_of_lines() -> None:
-    assert {BY_NAME[n].category for n in MULTI_FILE_TEMPLATES} == NEW
+    """Issue #18 gave its four categories one change across several files each; issue 31
+    asks every category for one of several files and tens of lines (20 or more)."""
+    assert {BY_NAME[n].category for n in MULTI_FILE_TEMPLATES} == set(Category)
+    tens: set[Category] = set()
     for name in MULTI_FILE_TEMPLATES:
         sizes = [task_size(t) for t in BY_NAME[name].tasks()]
         assert statistics.median(s.files_changed for s in sizes) >= 3, name
         assert statistics.median(s.changed_lines for s in sizes) >= 10, name
         assert BY_NAME[name].difficulty == 3
+        if statistics.median(s.changed_lines for s in sizes) >= 20:
+            tens.add(BY_NAME[name].category)
+    assert tens == set(Category)
 
 
 def test_changed_lines_counts_added_plus_removed() -> None:

@@ -27,7 +27,8 @@ BENCH_TEMPLATES: tuple[str, ...] = (
     "move_callers",
     "tuples_to_dataclass",
 )
-"""Templates whose median change is larger than the training templates' median (4 lines)."""
+"""Templates whose median change was larger than the training templates' median (4 lines)
+when bench-v4 was frozen; the templates added since (issue 31's) are not in it."""
 BENCH_PER_TEMPLATE = 4
 BENCH_SEED = 18
 BENCH_DIGEST = "0346349c3ed18e6ce59ff0622669be8a9d7cf5dec460e2f582133a281adfc5bd"

@@ -1,4 +1,5 @@
-"""Code review: find the defect in a given diff and report it (and, at difficulty 3, fix it).
+"""Code review: find the defect in a given diff and report it (and, at difficulty 3, fix it),
+or address a reviewer's comments (`address_review`).
 
 The review is graded on what it says: `REVIEW.md` must name each defect as `path:line`
 (the line in the file as the diff leaves it), and name nothing else, so listing every line
@@ -17,7 +18,8 @@ from typing import ClassVar
 
 from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Category, Edit
 from composer_rl.tasks.templates.base import Params, Template, named_grid
-from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES
+from composer_rl.tasks.templates.common import cached_space, diff_edits, draw_names
+from composer_rl.tasks.templates.vocab import CONSTANTS, FUNCTIONS, MODULES
 
 REVIEW_FILE = "REVIEW.md"
 DIFF_FILE = "CHANGE.diff"
@@ -430,3 +432,264 @@ class ReviewAndFix(Template):
 def _money(cents: int, currency: str) -> str:
     units, rest = divmod(cents, 100)
     return f"{units}.{rest:02d} {currency.upper()}"
+
+
+ORDER_MODULE = '''{constant}def line_total(each, qty):
+    """The price of `qty` pieces at `each`."""
+{check}    return each * qty
+
+
+def {fn}(lines):
+    """The order's total for (each, qty) lines, 10% off above {limit}."""
+    subtotal = 0
+    for each, qty in lines:
+        subtotal += {line}
+    if subtotal > {limit}:
+        subtotal -= subtotal // 10
+    return subtotal
+'''
+ORDER_CONSTANT = '{const} = 100\n"""Orders above this subtotal get 10% off."""\n\n\n'
+ORDER_CHECK = '    if qty < 0:\n        raise ValueError("negative quantity")\n'
+
+ORDER_CLI = '''"""python cli.py FILE: the total of FILE's 'each,qty' lines."""
+
+import sys
+
+from {mod} import {fn}
+
+
+def main(argv=None):
+    path = (sys.argv[1:] if argv is None else argv)[0]
+{read}    print({fn}(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+ORDER_READ = """    with open(path) as handle:
+        lines = [tuple(int(v) for v in row.split(",")) for row in handle if row.strip()]
+"""
+ORDER_READ_CHECKED = """    try:
+        with open(path) as handle:
+            lines = [tuple(int(v) for v in row.split(",")) for row in handle if row.strip()]
+    except FileNotFoundError:
+        print(f"error: no such file: {path}", file=sys.stderr)
+        return 2
+"""
+
+ORDER_REVIEW = """# Review of the order total
+
+{items}
+Tick each comment (`- [x]`) once it is addressed.
+"""
+
+ORDER_VISIBLE = '''"""What the review asks for, checked on other orders than the ones in it."""
+
+import ast
+from pathlib import Path
+
+import cli
+import {mod}
+
+
+def test_{fn}_keeps_its_totals():
+    assert {mod}.{fn}([(4, 5), (3, 2)]) == 26
+    assert {mod}.{fn}([(30, 4)]) == 108, "120 is above the threshold: 10% off gives 108"
+
+
+def test_a_negative_quantity_is_refused():
+    try:
+        {mod}.line_total(3, -2)
+    except ValueError as exc:
+        assert "negative quantity" in str(exc), f"say 'negative quantity', not {{exc}}"
+    else:
+        raise AssertionError("line_total(3, -2) should raise ValueError('negative quantity')")
+
+
+def test_{fn}_uses_line_total_and_the_constant():
+    assert getattr({mod}, "{const}", None) == 100, "{mod}.py should define {const} = 100"
+    tree = ast.parse(Path("{mod}.py").read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "{fn}")
+    called = {{n.func.id for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}}
+    assert "line_total" in called, "{fn} should call line_total, not repeat its arithmetic"
+
+
+def test_a_missing_file_is_an_error_message(capsys):
+    try:
+        code = cli.main(["no-such-orders.csv"])
+    except FileNotFoundError:
+        raise AssertionError("a missing file should print an error and exit 2, not raise") from None
+    assert code == 2, f"main should return 2 for a missing file, not {{code}}"
+    assert capsys.readouterr().err == "error: no such file: no-such-orders.csv\\n"
+
+
+def test_every_comment_is_ticked():
+    open_items = [line for line in Path("REVIEW.md").read_text().splitlines() if line.startswith("- [ ]")]
+    assert not open_items, f"REVIEW.md has {{len(open_items)}} open comments: tick each one you addressed"
+'''
+
+ORDER_TESTS = """import ast
+import re
+
+from workspace_probe import call, evaluate, run, workspace_text
+
+MODULE = {mod!r}
+REVIEW = {review!r}
+
+RAISES = '''import {mod}
+try:
+    {{call}}
+    said = None
+except ValueError as exc:
+    said = str(exc)
+'''
+
+
+def test_totals():
+    assert call(MODULE, {fn!r}, [(6, 3), (2, 5)]) == 28
+    assert call(MODULE, {fn!r}, [(25, 4), (1, 1)]) == 91
+    assert call(MODULE, {fn!r}, [(50, 2)]) == 100
+    assert call(MODULE, {fn!r}, []) == 0
+
+
+def test_negative_quantities_raise():
+    for code in ["{mod}.line_total(5, -1)", "{mod}.{fn}([(2, 3), (4, -2)])"]:
+        said = evaluate("said", setup=RAISES.format(call=code))
+        assert said is not None and "negative quantity" in said, code
+    assert call(MODULE, "line_total", 5, 0) == 0
+
+
+def test_{fn}_calls_line_total_and_names_the_threshold():
+    assert evaluate(MODULE + ".{const}", imports=[MODULE]) == 100
+    tree = ast.parse(workspace_text(MODULE + ".py"))
+    (body,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == {fn!r}]
+    nodes = list(ast.walk(body))
+    assert "line_total" in {{n.func.id for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}}
+    assert {const!r} in {{n.id for n in nodes if isinstance(n, ast.Name)}}
+    assert not any(isinstance(n, ast.Constant) and n.value == 100 for n in nodes)
+
+
+def test_missing_file(tmp_path):
+    missing = str(tmp_path / "gone.csv")
+    proc = run(["python", "cli.py", missing])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "error: no such file: " + missing + "\\n"
+    data = tmp_path / "order.csv"
+    data.write_text("10,3\\n7,1\\n")
+    proc = run(["python", "cli.py", str(data)])
+    assert (proc.returncode, proc.stdout) == (0, "37\\n")
+
+
+def test_every_comment_ticked_and_kept():
+    lines = workspace_text("REVIEW.md").splitlines()
+    ticked = [line for line in lines if line.startswith("- [x] ")]
+    assert ticked == [line.replace("- [ ] ", "- [x] ", 1) for line in REVIEW]
+    assert not [line for line in lines if re.match(r"- \\[ \\]", line)]
+"""
+
+
+class AddressReview(Template):
+    """Address four review comments on a change (a refactor, a check, a named constant, an
+    error message) across a module and its CLI, and tick each in `REVIEW.md`."""
+
+    name: ClassVar[str] = "address_review"
+    category: ClassVar[Category] = Category.CODE_REVIEW
+    difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function", "constant")
+
+    @cached_space
+    def parameter_space(self) -> list[Params]:
+        choices = named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=100,
+            heldout=25,
+            phrasing=list(PHRASINGS),
+        )
+        return draw_names(self.name, choices, {"constant": CONSTANTS}, "module")
+
+    def context_files(self, params: Params) -> list[str]:
+        return [REVIEW_FILE, f"{params['module']}.py", "cli.py"]
+
+    def _files(
+        self,
+        params: Params,
+        *,
+        module: bool = False,
+        cli: bool = False,
+        review: bool = False,
+        check_in_loop: bool = False,
+    ) -> dict[str, str]:
+        """The three files, with the module's comments addressed (`module`), the CLI's
+        (`cli`), the comments ticked (`review`); `check_in_loop`: the quantity checked in
+        the order's loop instead of in `line_total`."""
+        mod, fn, const = params["module"], params["function"], params["constant"]
+        source = ORDER_MODULE.format(
+            fn=fn,
+            constant=ORDER_CONSTANT.format(const=const) if module else "",
+            check=ORDER_CHECK if module and not check_in_loop else "",
+            limit=const if module else "100",
+            line="line_total(each, qty)" if module else "each * qty",
+        )
+        if check_in_loop:
+            loop = "for each, qty in lines:\n"
+            source = source.replace(loop, loop + ORDER_CHECK.replace("    ", "        ", 2))
+        items = "".join(line + "\n" for line in self._comments(params, ticked=review))
+        return {
+            f"{mod}.py": source,
+            "cli.py": ORDER_CLI.format(
+                mod=mod, fn=fn, read=ORDER_READ_CHECKED if cli else ORDER_READ
+            ),
+            REVIEW_FILE: ORDER_REVIEW.format(items=items),
+        }
+
+    def _comments(self, params: Params, *, ticked: bool) -> list[str]:
+        mod, fn, const = params["module"], params["function"], params["constant"]
+        source = ORDER_MODULE.format(fn=fn, constant="", check="", limit="100", line="each * qty")
+        cli = ORDER_CLI.format(mod=mod, fn=fn, read=ORDER_READ)
+        box = "- [x]" if ticked else "- [ ]"
+        return [
+            f"{box} {mod}.py:{line_of(source, 'subtotal += each * qty')}: `{fn}` repeats the "
+            "arithmetic of `line_total`; call it instead.",
+            f"{box} {mod}.py:{line_of(source, 'return each * qty')}: a negative quantity goes "
+            'through; raise `ValueError("negative quantity")`.',
+            f"{box} {mod}.py:{line_of(source, 'if subtotal > 100')}: 100 is a magic number; name "
+            f"it `{const}` at module level.",
+            f"{box} cli.py:{line_of(cli, 'with open(path)')}: a missing file ends in a "
+            "traceback; print `error: no such file: FILE` to stderr and exit with status 2.",
+        ]
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        mod, fn, const = params["module"], params["function"], params["constant"]
+        files = self._files(params)
+        files[f"{VISIBLE_TESTS_DIR}/test_review.py"] = ORDER_VISIBLE.format(
+            mod=mod, fn=fn, const=const
+        )
+        tests = {
+            f"{GRADING_DIR}/test_task.py": ORDER_TESTS.format(
+                mod=mod, fn=fn, const=const, review=self._comments(params, ticked=False)
+            )
+        }
+        instruction = [
+            f"Address every comment in `{REVIEW_FILE}` (on `{mod}.py` and `cli.py`) and tick "
+            "each one you addressed.",
+            "A reviewer left comments on this change. Address each of them and mark it done "
+            "(`- [x]`) in the review file.",
+            f"Work through the review in `{REVIEW_FILE}`: make every change it asks for, then "
+            "tick the comments.",
+        ][params["phrasing"]]
+        return instruction, files, tests, self._edits(params)
+
+    def _edits(self, params: Params, **after: bool) -> list[Edit]:
+        done = {"module": True, "cli": True, "review": True, **after}
+        return diff_edits(self._files(params), self._files(params, **done))
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """Every comment ticked with only the CLI fixed; every change made but nothing
+        ticked; the quantity checked in the order's loop instead of in `line_total`."""
+        return [
+            self._edits(params, module=False),
+            self._edits(params, review=False),
+            self._edits(params, check_in_loop=True),
+        ]

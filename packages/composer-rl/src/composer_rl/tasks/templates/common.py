@@ -1,5 +1,7 @@
-"""What the templates' repositories share: where visible tests live, and how hidden tests
-reach workspace code.
+"""What the templates' repositories share: where visible tests live, how hidden tests reach
+workspace code, and how an oracle's edits are written (`diff_edits`: one `edit_file` a run
+of changed lines, as a developer makes them, which keeps a demonstration of a change across
+several files short).
 
 Hidden tests never import the repository: they ask `workspace_probe` (copied beside them
 by the grader) for plain-data values computed in a child process, so nothing the policy
@@ -9,13 +11,14 @@ only the helpers a test uses.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR
+from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Edit
 from composer_rl.tasks.templates.base import Params, params_key
 from composer_rl.tasks.templates.vocab import name_split, names
 
@@ -114,3 +117,58 @@ def cached_space(method: SpaceMethod) -> SpaceMethod:
         return [dict(p) for p in cache[type(self)]]
 
     return wrapper  # type: ignore[return-value]
+
+
+def _hunks(before: list[str], after: list[str]) -> list[tuple[int, int, int, int]]:
+    """(i1, i2, j1, j2) of each run of changed lines, runs one unchanged line apart merged."""
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    hunks: list[tuple[int, int, int, int]] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if hunks and i1 - hunks[-1][1] <= 1:
+            hunks[-1] = (hunks[-1][0], i2, hunks[-1][2], j2)
+        else:
+            hunks.append((i1, i2, j1, j2))
+    return hunks
+
+
+def file_edits(path: str, before: str, after: str) -> list[Edit]:
+    """The edits a developer makes to turn `before` into `after`: one `edit_file` per run
+    of changed lines, each widened by unchanged lines until the text it replaces occurs
+    once in the file as it stands; a whole-file write when that is shorter."""
+    old_lines = before.splitlines(keepends=True)
+    new_lines = after.splitlines(keepends=True)
+    current = list(old_lines)
+    edits: list[Edit] = []
+    shift = 0
+    for i1, i2, j1, j2 in _hunks(old_lines, new_lines):
+        lo, hi, new = i1 + shift, i2 + shift, new_lines[j1:j2]
+        text = "".join(current)
+        while True:
+            old = "".join(current[lo:hi])
+            if old and text.count(old) == 1:
+                break
+            if lo > 0:
+                lo, new = lo - 1, [current[lo - 1], *new]
+            elif hi < len(current):
+                hi, new = hi + 1, [*new, current[hi]]
+            else:
+                return [Edit(path=path, new=after)]
+        edits.append(Edit(path=path, old=old, new="".join(new)))
+        current[lo:hi] = new
+        shift += len(new) - (hi - lo)
+    if "".join(current) != after or sum(len(e.old or "") + len(e.new) for e in edits) > len(after):
+        return [Edit(path=path, new=after)]
+    return edits
+
+
+def diff_edits(before: Mapping[str, str], after: Mapping[str, str]) -> list[Edit]:
+    """`file_edits` for every file `after` changes or adds, in `after`'s order."""
+    edits: list[Edit] = []
+    for path, text in after.items():
+        if path not in before:
+            edits.append(Edit(path=path, new=text))
+        elif before[path] != text:
+            edits += file_edits(path, before[path], text)
+    return edits

@@ -13,10 +13,12 @@ of the package, so a CI made to pass by checking nothing does not pass.
 from __future__ import annotations
 
 import json
+import re
 from typing import ClassVar
 
 from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Category, Edit
 from composer_rl.tasks.templates.base import Params, Template, named_grid
+from composer_rl.tasks.templates.common import diff_edits
 from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES, name_split, names
 
 PHRASINGS = (0, 1, 2)
@@ -423,3 +425,229 @@ class FixCI(Template):
             path="ci.json", new=_ci_json(f"src/{params['package']}", params["module"], True)
         )
         return [[ci_json], [ci_json, check_version], [short, check_version, smoke]]
+
+
+LOG_APP = '''"""python app.py FILE: the total per region of FILE's 'region,cents' lines."""
+
+{imports}import sys
+
+from loader import read_rows
+from {mod} import {fn}
+{logger}
+
+def main(argv=None):
+{configure}    path = (sys.argv[1:] if argv is None else argv)[0]
+    rows = read_rows(path)
+    totals = {fn}(rows)
+    {debug}f"{{len(rows)}} rows in, {{len(totals)}} regions out")
+    for region, cents in totals.items():
+        print(f"{{region}} {{cents}}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+LOG_CONFIGURE = (
+    '    wanted = os.environ.get("LOG_LEVEL", "WARNING").upper()\n'
+    "    logging.basicConfig(level={level}, stream=sys.stderr)\n"
+)
+LOG_LOADER = '''{imports}def read_rows(path):
+    """(region, cents) of each 'region,cents' line; a malformed line is skipped."""
+    rows = []
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            parts = line.strip().split(",")
+            if len(parts) != 2 or not parts[1].isdigit():
+                {warning}f"skipped line {{number}}: {{line.strip()!r}}")
+                continue
+            rows.append((parts[0], int(parts[1])))
+    {debug}f"read {{len(rows)}} rows from {{path}}")
+    return rows
+'''
+LOG_SUMS = '''{imports}def {fn}(rows):
+    """{{region: total cents}}, regions sorted."""
+    totals = {{}}
+    for region, cents in rows:
+        totals[region] = totals.get(region, 0) + cents
+    {debug}f"{{len(totals)}} regions")
+    return dict(sorted(totals.items()))
+'''
+LOG_IMPORTS = "import logging\n\nlog = logging.getLogger(__name__)\n\n\n"
+
+LOG_VISIBLE = '''"""python app.py prints only the totals; diagnostics go to stderr through logging."""
+
+import os
+import subprocess
+import sys
+
+DATA = "north,120\\nsouth,45\\nnorth,x\\neast,300\\nsouth,5\\n"
+
+
+def run_app(tmp_path, log_level=None):
+    data = tmp_path / "sales.csv"
+    data.write_text(DATA)
+    env = {k: v for k, v in os.environ.items() if k != "LOG_LEVEL"}
+    if log_level:
+        env["LOG_LEVEL"] = log_level
+    return subprocess.run(
+        [sys.executable, "app.py", str(data)], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_stdout_holds_only_the_totals(tmp_path):
+    out = run_app(tmp_path).stdout
+    assert out == "east 300\\nnorth 120\\nsouth 50\\n", (
+        f"stdout should hold only the totals (a pipeline reads it), not diagnostics: {out!r}"
+    )
+
+
+def test_warnings_reach_stderr_by_default(tmp_path):
+    proc = run_app(tmp_path)
+    assert "skipped line 3" in proc.stderr, "the skipped line should be a warning on stderr"
+    assert "rows from" not in proc.stderr, "debug messages should be hidden unless LOG_LEVEL=DEBUG"
+
+
+def test_log_level_debug_shows_the_debug_messages(tmp_path):
+    err = run_app(tmp_path, "DEBUG").stderr
+    for said in ("read 4 rows", "3 regions", "4 rows in, 3 regions out"):
+        assert said in err, f"with LOG_LEVEL=DEBUG, {said!r} should be logged to stderr"
+'''
+
+LOG_TESTS = """import ast
+
+import pytest
+
+from workspace_probe import run, workspace_text
+
+DATA = "west,70\\nwest,oops\\nhill,15\\n\\ncity,9\\nhill,1\\n"
+TOTALS = "city 9\\nhill 16\\nwest 70\\n"
+DEBUG = ["read 4 rows from", "3 regions", "4 rows in, 3 regions out"]
+WARNINGS = ["skipped line 2", "skipped line 4"]
+
+
+def _run(tmp_path, **env):
+    data = tmp_path / "in.csv"
+    data.write_text(DATA)
+    proc = run(["python", "app.py", str(data)], env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == TOTALS
+    return proc.stderr
+
+
+def test_default_level_shows_warnings_only(tmp_path):
+    err = _run(tmp_path)
+    assert all(w in err for w in WARNINGS), err
+    assert not any(d in err for d in DEBUG), err
+
+
+def test_debug_level(tmp_path):
+    err = _run(tmp_path, LOG_LEVEL="DEBUG")
+    assert all(said in err for said in DEBUG + WARNINGS), err
+
+
+def test_error_level_is_quiet(tmp_path):
+    assert _run(tmp_path, LOG_LEVEL="error") == ""
+
+
+@pytest.mark.parametrize("path", ["loader.py", {module!r}])
+def test_modules_log_instead_of_printing(path):
+    tree = ast.parse(workspace_text(path))
+    calls = [n.func for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert not [f for f in calls if isinstance(f, ast.Name) and f.id == "print"]
+    assert "logging" in {{a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}}
+"""
+
+
+class PrintsToLogging(Template):
+    """A script's diagnostics are prints on stdout, which a pipeline reads: move them to
+    module loggers on stderr, the level from `LOG_LEVEL`; graded by running the script."""
+
+    name: ClassVar[str] = "prints_to_logging"
+    category: ClassVar[Category] = Category.DEVOPS
+    difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function")
+
+    def parameter_space(self) -> list[Params]:
+        return named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=100,
+            heldout=25,
+            phrasing=list(PHRASINGS),
+        )
+
+    def context_files(self, params: Params) -> list[str]:
+        return ["app.py", "loader.py", f"{params['module']}.py"]
+
+    def _files(
+        self, params: Params, *, logged: bool, level: str = "wanted", warning: str = "warning"
+    ) -> dict[str, str]:
+        """Printing (`logged` False) or logging; `level` is what `basicConfig` is given and
+        `warning` the level of the skipped-line message."""
+        mod, fn = params["module"], params["function"]
+        if logged:
+            debug, warn, imports = "log.debug(", f"log.{warning}(", LOG_IMPORTS
+        else:
+            debug, warn, imports = 'print("debug: " + ', 'print("warning: " + ', ""
+        files = {
+            "app.py": LOG_APP.format(
+                mod=mod,
+                fn=fn,
+                imports="import logging\nimport os\n" if logged else "",
+                logger='\nlog = logging.getLogger("app")\n' if logged else "",
+                configure=LOG_CONFIGURE.format(level=level) if logged else "",
+                debug=debug,
+            ),
+            "loader.py": LOG_LOADER.format(imports=imports, warning=warn, debug=debug),
+            f"{mod}.py": LOG_SUMS.format(imports=imports, fn=fn, debug=debug),
+        }
+        return {path: _one_fstring(text) for path, text in files.items()}
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        mod = params["module"]
+        files = self._files(params, logged=False)
+        files[f"{VISIBLE_TESTS_DIR}/test_app.py"] = LOG_VISIBLE
+        tests = {f"{GRADING_DIR}/test_task.py": LOG_TESTS.format(module=f"{mod}.py")}
+        instruction = [
+            f"`python app.py` prints diagnostics from `loader.py` and `{mod}.py` into its "
+            "output. Send them to logging on stderr, the level from `LOG_LEVEL` (default "
+            "WARNING).",
+            "stdout must hold only the results. Route the diagnostics through logging to "
+            "stderr, each at the level its prefix says; LOG_LEVEL sets the level (default "
+            "WARNING).",
+            "A pipeline reads this script's output and chokes on its debug lines. Make the "
+            "diagnostics log records on stderr, filtered by `LOG_LEVEL` (default WARNING).",
+        ][params["phrasing"]]
+        return instruction, files, tests, self._edits(params)
+
+    def _edits(self, params: Params, **after: str) -> list[Edit]:
+        before = self._files(params, logged=False)
+        return diff_edits(before, self._files(params, logged=True, **after))
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """The skipped lines logged as debug, so hidden by default; logging at a fixed
+        level, `LOG_LEVEL` ignored; the prints moved to stderr (no levels). The recovering
+        demonstrations open with the first that fails the visible tests: the one-line
+        slip first keeps them inside an SFT row."""
+        before = self._files(params, logged=False)
+        to_stderr = {path: _to_stderr(text) for path, text in before.items()}
+        return [
+            self._edits(params, warning="debug"),
+            self._edits(params, level="logging.WARNING"),
+            diff_edits(before, to_stderr),
+        ]
+
+
+def _one_fstring(text: str) -> str:
+    """`print("debug: " + f"...")` of the printing version written as one f-string."""
+    return re.sub(r'print\("(\w+): " \+ f"(.*)"\)', r'print(f"\1: \2")', text)
+
+
+def _to_stderr(text: str) -> str:
+    """Every diagnostic print sent to stderr (a wrong first attempt: no levels)."""
+    found = re.compile(r'print\(f"(debug|warning): (.*)"\)$', re.MULTILINE)
+    text = found.sub(r'print(f"\1: \2", file=sys.stderr)', text)
+    if "file=sys.stderr" in text and "import sys" not in text:
+        text = "import sys\n\n\n" + text
+    return text

@@ -1,18 +1,22 @@
-"""Iterating on a feature: an existing function grows an option.
+"""Iterating on a feature: an existing function grows an option, or a report tool a
+command-line option through its parser, settings, report and README (`add_cli_option`).
 
-The repository's own tests (`tests/test_<module>.py`) already use the option, so they fail
-until it exists and say what it should do; the hidden tests check other inputs and the
-option passed by keyword.
+The repository's own tests (`tests/test_<module>.py`, `tests/test_cli.py`) already use the
+option, so they fail until it exists and say what it should do; the hidden tests check
+other inputs and the option passed by keyword (or on the command line, run as a user runs
+it).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from composer_rl.tasks.model import Category, Edit
+from composer_rl.tasks.model import VISIBLE_TESTS_DIR, Category, Edit
 from composer_rl.tasks.templates.base import Params, Template, named_grid
 from composer_rl.tasks.templates.common import (
+    HIDDEN_TEST_PATH,
     cached_space,
+    diff_edits,
     draw_names,
     hidden_test,
     visible_test_path,
@@ -202,4 +206,268 @@ class AddSortFlag(Template):
         return [
             [Edit(path=path, old=source, new=self._solved(params, tail, default))]
             for tail, default in tails
+        ]
+
+
+OPTION_CLI = '''"""python cli.py FILE [--sep SEP]{usage}: the report of FILE's name,{param} rows."""
+
+import argparse
+import sys
+
+from config import Config
+from {mod} import {fn}
+{helper}
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="{mod}")
+    parser.add_argument("path", help="CSV file of name,{param} rows")
+    parser.add_argument("--sep", default=",", help="field separator (default ,)")
+{option}    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    config = Config.from_args(args)
+    with open(args.path) as handle:
+        rows = [line.strip().split(config.sep) for line in handle if line.strip()]
+    for line in {fn}(rows, config):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+OPTION_HELPER = '''
+
+def at_least_one(text):
+    """argparse type: an int of at least 1."""
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+'''
+OPTION_ARGUMENT = (
+    '    parser.add_argument(\n        "--top", type={kind}, default=None,\n'
+    '        help="only the N rows with the largest {param}, largest first",\n    )\n'
+)
+OPTION_CONFIG = '''from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    """The report's settings, from the command line."""
+
+    sep: str = ","{field}
+
+    @classmethod
+    def from_args(cls, args):
+        return cls({kwargs})
+'''
+OPTION_REPORT = '''def {fn}(rows, config):
+    """'name: {param}' lines for (name, {param}) rows, in file order{doc}."""
+{body}    return [f"{{name}}: {{int(number)}}" for name, number in rows]
+'''
+OPTION_TOP = (
+    "    if config.top is not None:\n"
+    "        rows = sorted(rows, key=lambda row: {sign}int(row[1]))[: config.top]\n"
+)
+OPTION_README = """# {mod}
+
+Prints the report of a CSV file of `name,{param}` rows.
+
+    python cli.py FILE [--sep SEP]{usage}
+
+Options:
+
+- `--sep SEP`: the field separator (default `,`).
+{bullet}"""
+OPTION_BULLET = "- `--top N`: only the N rows with the largest {param}, largest first (N >= 1).\n"
+
+OPTION_VISIBLE = '''"""The report's command line, run as a user runs it."""
+
+import pytest
+
+from cli import main
+
+ROWS = {rows!r}
+
+
+def report(tmp_path, capsys, *options):
+    data = tmp_path / "data.csv"
+    data.write_text("".join(f"{{name}},{{number}}\\n" for name, number in ROWS))
+    try:
+        main([str(data), *options])
+    except SystemExit as exc:
+        said = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+        raise AssertionError(f"cli.py FILE {{' '.join(options)}} exits {{exc.code}}: {{said}}") from None
+    return capsys.readouterr().out.splitlines()
+
+
+def test_every_row_in_file_order_by_default(tmp_path, capsys):
+    assert report(tmp_path, capsys) == {every!r}
+
+
+def test_top_keeps_the_largest_first(tmp_path, capsys):
+    assert report(tmp_path, capsys, "--top", "2") == {top!r}, (
+        "--top 2 should print the 2 rows with the largest {param}, largest first"
+    )
+
+
+def test_top_must_be_at_least_one(tmp_path, capsys):
+    with pytest.raises(AssertionError) as refused:
+        report(tmp_path, capsys, "--top", "0")
+    said = refused.exconly()
+    assert "exits 2" in said and "at least 1" in said, (
+        f"--top 0 should be refused with 'must be at least 1'; {{said}}"
+    )
+'''
+
+OPTION_TESTS = """import pytest
+
+from workspace_probe import run, workspace_text
+
+ROWS = {rows!r}
+
+
+def _report(tmp_path, *options):
+    data = tmp_path / "input.csv"
+    data.write_text("".join(f"{{name}};{{number}}\\n" for name, number in ROWS))
+    return run(["python", "cli.py", str(data), "--sep", ";", *options])
+
+
+def test_default_is_unchanged(tmp_path):
+    proc = _report(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == {every!r}
+
+
+@pytest.mark.parametrize("top", [1, 3, 9])
+def test_top(tmp_path, top):
+    proc = _report(tmp_path, "--top", str(top))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == {ranked!r}[:top]
+
+
+@pytest.mark.parametrize("top", ["0", "-2"])
+def test_top_below_one_is_refused(tmp_path, top):
+    proc = _report(tmp_path, "--top", top)
+    assert proc.returncode == 2 and "at least 1" in proc.stderr, proc.stderr
+
+
+def test_the_readme_documents_it():
+    assert "--top" in workspace_text("README.md")
+"""
+
+OPTION_VISIBLE_ROWS = [("oak", 12), ("ash", 30), ("elm", 7), ("fir", 21)]
+OPTION_HIDDEN_ROWS = [("kiwi", 4), ("lime", 19), ("pear", 11), ("plum", 25), ("date", 2)]
+
+
+def _option_lines(rows: list[tuple[str, int]], top: int | None = None) -> list[str]:
+    if top is not None:
+        rows = sorted(rows, key=lambda row: -row[1])[:top]
+    return [f"{name}: {number}" for name, number in rows]
+
+
+class AddCliOption(Template):
+    """A `--top N` option through a report tool's parser, settings, report and README."""
+
+    name: ClassVar[str] = "add_cli_option"
+    category: ClassVar[Category] = Category.FEATURE_ITERATION
+    difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function", "param")
+
+    @cached_space
+    def parameter_space(self) -> list[Params]:
+        choices = named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=100,
+            heldout=25,
+            phrasing=("explicit", "unnamed", "readme"),
+        )
+        return draw_names(self.name, choices, {"param": PARAMS}, "module")
+
+    def context_files(self, params: Params) -> list[str]:
+        return ["cli.py", "config.py", f"{params['module']}.py", "README.md"]
+
+    def _files(
+        self, params: Params, *, top: bool, sign: str = "-", kind: str = "at_least_one"
+    ) -> dict[str, str]:
+        """The four files, before (`top` False) or after the option is added."""
+        mod, fn, param = params["module"], params["function"], params["param"]
+        usage = " [--top N]" if top else ""
+        return {
+            "cli.py": OPTION_CLI.format(
+                mod=mod,
+                fn=fn,
+                param=param,
+                usage=usage,
+                helper=OPTION_HELPER if top and kind == "at_least_one" else "",
+                option=OPTION_ARGUMENT.format(kind=kind, param=param) if top else "",
+            ),
+            "config.py": OPTION_CONFIG.format(
+                field="\n    top: int | None = None" if top else "",
+                kwargs="sep=args.sep, top=args.top" if top else "sep=args.sep",
+            ),
+            f"{mod}.py": OPTION_REPORT.format(
+                fn=fn,
+                param=param,
+                doc="\n    (with `config.top`, the N largest only, largest first)" if top else "",
+                body=OPTION_TOP.format(sign=sign) if top else "",
+            ),
+            "README.md": OPTION_README.format(
+                mod=mod,
+                param=param,
+                usage=usage,
+                bullet=OPTION_BULLET.format(param=param) if top else "",
+            ),
+        }
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        mod, fn, param = params["module"], params["function"], params["param"]
+        files = self._files(params, top=False)
+        files[f"{VISIBLE_TESTS_DIR}/test_cli.py"] = OPTION_VISIBLE.format(
+            rows=OPTION_VISIBLE_ROWS,
+            every=_option_lines(OPTION_VISIBLE_ROWS),
+            top=_option_lines(OPTION_VISIBLE_ROWS, 2),
+            param=param,
+        )
+        tests = {
+            HIDDEN_TEST_PATH: OPTION_TESTS.format(
+                rows=OPTION_HIDDEN_ROWS,
+                every=_option_lines(OPTION_HIDDEN_ROWS),
+                ranked=_option_lines(OPTION_HIDDEN_ROWS, len(OPTION_HIDDEN_ROWS)),
+            )
+        }
+        instruction = {
+            "explicit": (
+                f"Add a `--top N` option to `cli.py`, kept in `Config` and applied in `{fn}` "
+                f"({mod}.py): only the N rows with the largest {param}, largest first; N >= 1."
+            ),
+            "unnamed": (
+                f"The report should take a `--top N` option: print only the N rows with the "
+                f"largest {param}, largest first. Refuse N below 1. Document it."
+            ),
+            "readme": (
+                f"Add a `--top N` option to the report (only the N rows with the largest "
+                f"{param}, largest first; N must be at least 1) and list it in `README.md`."
+            ),
+        }[params["phrasing"]]
+        return instruction, files, tests, self._edits(params)
+
+    def _edits(self, params: Params, *, sign: str = "-", kind: str = "at_least_one") -> list[Edit]:
+        """The option added (`sign` "" sorts smallest first; `kind` "int" takes any N)."""
+        before = self._files(params, top=False)
+        return diff_edits(before, self._files(params, top=True, sign=sign, kind=kind))
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """The smallest rows first; the option parsed and kept but never applied; N below
+        1 not refused."""
+        report = f"{params['module']}.py"
+        unapplied = [e for e in self._edits(params) if e.path != report]
+        return [
+            self._edits(params, sign=""),
+            unapplied,
+            self._edits(params, kind="int"),
         ]

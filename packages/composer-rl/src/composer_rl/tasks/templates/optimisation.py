@@ -1,7 +1,8 @@
 """Optimisation: a slow function made faster, graded by tests plus a bound on a counted cost.
 
-The cost is always counted, never timed: calls of a function the grader wraps, or queries
-a store object counts itself. A counted cost is the same on every machine and under any
+The cost is always counted, never timed: calls of a function the grader wraps, queries a
+store object counts itself, or the rows a list visits and the comparisons of ids it holds
+(`index_lookups`: a list of ids the code builds itself is still counted). A counted cost is the same on every machine and under any
 load, so the grade cannot flake (DESIGN.md: tests never assert wall-clock times).
 
 The count is taken inside the probe's child (`evaluate(..., setup=...)`): the hidden test's
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 
 from composer_rl.tasks.model import GRADING_DIR, VISIBLE_TESTS_DIR, Category, Edit
 from composer_rl.tasks.templates.base import Params, Template, named_grid
+from composer_rl.tasks.templates.common import diff_edits
 from composer_rl.tasks.templates.vocab import FUNCTIONS, MODULES
 
 PHRASINGS = (0, 1, 2)
@@ -433,4 +435,259 @@ class BatchQueries(Template):
             [totals],
             [totals, Edit(path="labels.py", new=LABELS_BY_ROW)],
             [totals, labels],
+        ]
+
+
+INDEX_HELPER = '''def by_id(rows):
+    """{row["id"]: row} over `rows`, built in one pass."""
+    return {row["id"]: row for row in rows}
+'''
+LOOKUP_SLOW = '''def owner_names(purchases, customers):
+    """The name of each order's customer, in order (orders of unknown customers left out)."""
+    names = []
+    for order in purchases:
+        for customer in customers:
+            if customer["id"] == order["customer"]:
+                names.append(customer["name"])
+                break
+    return names
+'''
+LOOKUP_FAST = '''from index import by_id
+
+
+def owner_names(purchases, customers):
+    """The name of each order's customer, in order (orders of unknown customers left out)."""
+    known = by_id(customers)
+    return [known[o["customer"]]["name"] for o in purchases if o["customer"] in known]
+'''
+LOOKUP_STRICT = LOOKUP_FAST.replace(' if o["customer"] in known]', "]")
+"""A wrong first attempt: the index, but an order of an unknown customer raises."""
+
+SPENT_SLOW = '''def {fn}(purchases, customers):
+    """{{name: cents spent}} of every customer, in the customers' order."""
+    spent = {{}}
+    for customer in customers:
+        mine = [o["cents"] for o in purchases if o["customer"] == customer["id"]]
+        spent[customer["name"]] = sum(mine)
+    return spent
+'''
+SPENT_FAST = '''from index import by_id
+
+
+def {fn}(purchases, customers):
+    """{{name: cents spent}} of every customer, in the customers' order."""
+    known = by_id(customers)
+    spent = {{customer["name"]: 0 for customer in customers}}
+    for order in purchases:
+        if order["customer"] in known:
+            spent[known[order["customer"]]["name"]] += order["cents"]
+    return spent
+'''
+SPENT_BUYERS_ONLY = '''from index import by_id
+
+
+def {fn}(purchases, customers):
+    """{{name: cents spent}} of every customer, in the customers' order."""
+    known = by_id(customers)
+    spent = {{}}
+    for order in purchases:
+        if order["customer"] in known:
+            name = known[order["customer"]]["name"]
+            spent[name] = spent.get(name, 0) + order["cents"]
+    return spent
+'''
+"""A wrong first attempt: the index, but customers without orders left out."""
+
+AUDIT_SLOW = '''def unknown(purchases, customers):
+    """The ids of the orders whose customer does not exist."""
+    return [o["id"] for o in purchases if not any(c["id"] == o["customer"] for c in customers)]
+'''
+AUDIT_FAST = '''from index import by_id
+
+
+def unknown(purchases, customers):
+    """The ids of the orders whose customer does not exist."""
+    known = by_id(customers)
+    return [o["id"] for o in purchases if o["customer"] not in known]
+'''
+
+COUNTED = """class Counted(list):
+    steps = 0
+
+    def __iter__(self):
+        for row in list.__iter__(self):
+            Counted.steps += 1
+            yield row
+
+    def __contains__(self, row):
+        Counted.steps += len(self)
+        return list.__contains__(self, row)
+
+
+class Key(int):
+    def __eq__(self, other):
+        Counted.steps += 1
+        return int.__eq__(self, other)
+
+    def __ne__(self, other):
+        Counted.steps += 1
+        return int.__ne__(self, other)
+
+    __hash__ = int.__hash__
+
+
+def keyed(rows, field):
+    out = Counted()
+    for row in rows:
+        row = dict(row)
+        row[field] = Key(row[field])
+        out.append(row)
+    return out
+"""
+"""A list that counts the rows each scan of it visits (iteration and `in`), and ids that
+count each comparison (a scan of a list of ids the code made itself counts too; a dict or
+set lookup costs one); no braces, as the hidden test formats it."""
+
+LOOKUP_SETUP = (
+    COUNTED
+    + """
+
+import {module}
+customers = keyed({customers!r}, "id")
+purchases = keyed({purchases!r}, "customer")
+result = {module}.{function}(purchases, customers)
+steps = Counted.steps
+"""
+)
+
+LOOKUP_TESTS = """import pytest
+
+from workspace_probe import evaluate
+
+CUSTOMERS = [{{"id": 3 * i, "name": "c" + str(i)}} for i in range(200)]
+ORDERS = [{{"id": n, "customer": 7 * n % 640, "cents": n % 40 + 1}} for n in range(600)]
+SETUP = {setup!r}
+
+
+def _expected(function):
+    names = {{c["id"]: c["name"] for c in CUSTOMERS}}
+    if function == "owner_names":
+        return [names[o["customer"]] for o in ORDERS if o["customer"] in names]
+    if function == "unknown":
+        return [o["id"] for o in ORDERS if o["customer"] not in names]
+    spent = {{c["name"]: 0 for c in CUSTOMERS}}
+    for o in ORDERS:
+        if o["customer"] in names:
+            spent[names[o["customer"]]] += o["cents"]
+    return spent
+
+
+@pytest.mark.parametrize("module, function", {calls!r})
+def test_same_answers_in_linear_steps(module, function):
+    setup = SETUP.format(module=module, function=function, customers=CUSTOMERS, purchases=ORDERS)
+    result, steps = evaluate("(result, steps)", setup=setup)
+    assert result == _expected(function), function
+    bound = 3 * (len(CUSTOMERS) + len(ORDERS))
+    assert steps <= bound, f"{{function}} took {{steps}} steps (rows visited, ids compared); at most {{bound}}"
+"""
+
+LOOKUP_VISIBLE_HEAD = '''"""The lookups give the same answers in a linear number of steps (rows of the lists
+visited, ids compared)."""
+
+import pytest
+
+from audit import unknown
+from lookup import owner_names
+from {mod} import {fn}
+
+
+'''
+LOOKUP_VISIBLE_TAIL = """
+
+CUSTOMERS = [{{"id": i, "name": "n" + str(i)}} for i in range(0, 120, 2)]
+ORDERS = [{{"id": k, "customer": 5 * k % 130, "cents": 10 + k % 7}} for k in range(240)]
+
+
+@pytest.mark.parametrize("function", [owner_names, {fn}, unknown])
+def test_linear_steps(function):
+    Counted.steps = 0
+    result = function(keyed(ORDERS, "customer"), keyed(CUSTOMERS, "id"))
+    assert result == function(ORDERS, CUSTOMERS), f"{{function.__name__}}'s answer changed"
+    bound = 3 * (len(ORDERS) + len(CUSTOMERS))
+    assert Counted.steps <= bound, (
+        f"{{function.__name__}} took {{Counted.steps}} steps; at most {{bound}}: index the "
+        "customers by id once instead of scanning them for every order"
+    )
+
+
+def test_answers():
+    assert owner_names(ORDERS[:3], CUSTOMERS) == ["n0", "n10"], "order 1's customer 5 is unknown"
+    assert {fn}(ORDERS[:4], CUSTOMERS[:3]) == {{"n0": 10, "n2": 0, "n4": 0}}
+    assert unknown(ORDERS[:4], CUSTOMERS) == [1, 3]
+"""
+
+
+class IndexLookups(Template):
+    """Three modules join purchases to customers by scanning: index the customers by id once
+    (a shared helper), graded by the rows a counting list sees."""
+
+    name: ClassVar[str] = "index_lookups"
+    category: ClassVar[Category] = Category.OPTIMISATION
+    difficulty: ClassVar[int] = 3
+    name_params: ClassVar[tuple[str, ...]] = ("module", "function")
+
+    def parameter_space(self) -> list[Params]:
+        return named_grid(
+            self.name,
+            {"module": MODULES, "function": FUNCTIONS},
+            train=100,
+            heldout=25,
+            phrasing=list(PHRASINGS),
+        )
+
+    def context_files(self, params: Params) -> list[str]:
+        return ["lookup.py", f"{params['module']}.py", "audit.py"]
+
+    def _code(self, params: Params, lookup: str, spent: str, audit: str) -> dict[str, str]:
+        return {
+            "lookup.py": lookup,
+            f"{params['module']}.py": spent.format(fn=params["function"]),
+            "audit.py": audit,
+        }
+
+    def render(self, params: Params) -> tuple[str, dict[str, str], dict[str, str], list[Edit]]:
+        mod, fn = params["module"], params["function"]
+        files = self._code(params, LOOKUP_SLOW, SPENT_SLOW, AUDIT_SLOW)
+        files[f"{VISIBLE_TESTS_DIR}/test_lookups.py"] = (
+            LOOKUP_VISIBLE_HEAD.format(mod=mod, fn=fn) + COUNTED + LOOKUP_VISIBLE_TAIL.format(fn=fn)
+        )
+        calls = [("lookup", "owner_names"), (mod, fn), ("audit", "unknown")]
+        tests = {
+            f"{GRADING_DIR}/test_task.py": LOOKUP_TESTS.format(setup=LOOKUP_SETUP, calls=calls)
+        }
+        instruction = [
+            f"`owner_names`, `{fn}` ({mod}.py) and `unknown` scan every customer for each "
+            "order. Index the customers by id once instead; same answers.",
+            "Each join of an order to its customer scans every customer: quadratic. Make "
+            "every such join linear with an index by id, keeping the results.",
+            f"`{fn}` and the other two order/customer joins are slow on large inputs. Build "
+            "a by-id index once per call (a shared helper) and keep every result the same.",
+        ][params["phrasing"]]
+        return instruction, files, tests, self._edits(params, LOOKUP_FAST, SPENT_FAST)
+
+    def _edits(
+        self, params: Params, lookup: str, spent: str, audit: str = AUDIT_FAST
+    ) -> list[Edit]:
+        before = self._code(params, LOOKUP_SLOW, SPENT_SLOW, AUDIT_SLOW)
+        return diff_edits(
+            before, {"index.py": INDEX_HELPER, **self._code(params, lookup, spent, audit)}
+        )
+
+    def wrong_edits(self, params: Params) -> list[list[Edit]]:
+        """The audit still scanning; an order of an unknown customer raising; the customers
+        without orders left out of the spending."""
+        return [
+            self._edits(params, LOOKUP_FAST, SPENT_FAST, AUDIT_SLOW),
+            self._edits(params, LOOKUP_STRICT, SPENT_FAST),
+            self._edits(params, LOOKUP_FAST, SPENT_BUYERS_ONLY),
         ]
