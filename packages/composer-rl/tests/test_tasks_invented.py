@@ -97,3 +97,11 @@ def test_the_invented_validation_split_renames_validation_tasks_only() -> None:
         assert task.id not in validation and task.split == Split.TRAIN.value
         original = validation[task.metadata["renamed_from"]]
         assert task.metadata["params"] != original.metadata["params"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_two_name_task_renames_whatever_the_names_hash_to(seed: int) -> None:
+    """Vocabulary names hash into a split one by one and a task's names must share one; an
+    invented pair that hashes apart once made keep_items drop out of the validation split."""
+    template = next(t for t in BUILTIN_TEMPLATES if t.name == "keep_items")
+    assert with_invented_names(_first(template), random.Random(seed)) is not None

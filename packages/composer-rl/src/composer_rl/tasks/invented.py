@@ -23,7 +23,7 @@ from typing import Any
 from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template
 from composer_rl.tasks.templates.base import name_values
-from composer_rl.tasks.templates.vocab import CLASSES, FLAGS, POOLS
+from composer_rl.tasks.templates.vocab import CLASSES, FLAGS, POOLS, name_split
 
 SYLLABLES = (
     "ba", "ce", "di", "fo", "gu", "ha", "je", "ki", "lo", "mu", "na", "pe", "qui", "ro",
@@ -84,11 +84,13 @@ def with_invented_names(task: Task, rng: random.Random) -> Task | None:
     mapping: dict[str, str] = {}
     taken: set[str] = set()
     for original in originals:
-        name = invented_name(rng)
-        while name in taken:
-            name = invented_name(rng)
+        # Template names hash into a split one by one, and a task's names must share one
+        # (`split_of`): an invented name is drawn again until it hashes to training.
+        name = _styled_like(original, invented_name(rng))
+        while name in taken or name_split(name) != Split.TRAIN:
+            name = _styled_like(original, invented_name(rng))
         taken.add(name)
-        mapping[original] = _styled_like(original, name)
+        mapping[original] = name
     for key in template.name_params:
         if key in params:
             params[key] = _renamed(params[key], mapping)
