@@ -13,7 +13,10 @@ from test_tasks_visible import check_visible
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, Template
 from composer_rl.tasks.grading import grade_files
 from composer_rl.tasks.invented import (
+    _RESERVED,
     TASK_NAMES,
+    WORDS,
+    NameKind,
     invented_name,
     invented_name_tasks,
     with_invented_names,
@@ -33,10 +36,13 @@ def _words(task: Task) -> set[str]:
     return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
 
 
+@pytest.mark.parametrize("kind", ["syllables", "words"])
 @pytest.mark.parametrize("template", BUILTIN_TEMPLATES, ids=lambda t: t.name)
-def test_an_invented_task_is_valid_and_holds_no_held_out_name(template: Template) -> None:
+def test_an_invented_task_is_valid_and_holds_no_held_out_name(
+    template: Template, kind: NameKind
+) -> None:
     original = _first(template)
-    task = with_invented_names(original, random.Random(0))
+    task = with_invented_names(original, random.Random(0), kind)
     if template.name in NOT_RENAMABLE:
         assert task is None
         return
@@ -68,6 +74,21 @@ def test_invented_names_are_never_task_names_keywords_or_modules() -> None:
     assert not {n for n in drawn if keyword.iskeyword(n) or n in sys.stdlib_module_names}
 
 
+def test_the_words_are_no_task_name_keyword_module_or_identifier_of_a_training_task() -> None:
+    """A word that is already an identifier of a task's code (`label`, `items`) would clash
+    with it once it names the module or function, and a task name is no new name."""
+    identifiers = set()
+    for template in BUILTIN_TEMPLATES:
+        for index, task in enumerate(template.tasks(Split.TRAIN)):
+            identifiers |= {w.lower() for w in _words(task)}
+            if index == 20:
+                break
+    assert len(set(WORDS)) == len(WORDS) >= 400
+    assert not set(WORDS) & (TASK_NAMES | _RESERVED | identifiers)
+    drawn = {invented_name(random.Random(seed), "words") for seed in range(200)}
+    assert drawn <= set(WORDS) and len(drawn) > 100
+
+
 def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> None:
     given = [_first(t) for t in BUILTIN_TEMPLATES]
     first = invented_name_tasks(given, 30, seed=5)
@@ -84,6 +105,9 @@ def test_the_invented_validation_split_renames_validation_tasks_only() -> None:
     from composer_rl.rl.compare import SPLITS, validation_invented_tasks, validation_tasks
 
     assert SPLITS["validation_invented"] is validation_invented_tasks
+    words = SPLITS["validation_words"](2)
+    assert {t.metadata["renamed_from"] for t in words} <= {t.id for t in validation_tasks(2)}
+    assert all(_words(t) & set(WORDS) for t in words)
     validation = {t.id: t for t in validation_tasks(2)}
     renamed = validation_invented_tasks(2)
     assert [t.id for t in renamed] == [t.id for t in validation_invented_tasks(2)]
@@ -105,3 +129,17 @@ def test_a_two_name_task_renames_whatever_the_names_hash_to(seed: int) -> None:
     invented pair that hashes apart once made keep_items drop out of the validation split."""
     template = next(t for t in BUILTIN_TEMPLATES if t.name == "keep_items")
     assert with_invented_names(_first(template), random.Random(seed)) is not None
+
+
+def test_stage_one_takes_the_kind_of_invented_names_and_refuses_others() -> None:
+    from pydantic import ValidationError
+
+    from composer_rl.stages.config import Stage1Config
+
+    assert Stage1Config().sft.invented_names == "syllables"
+    fields = Stage1Config().model_dump()
+    fields["sft"]["invented_names"] = "words"
+    assert Stage1Config.model_validate(fields).sft.invented_names == "words"
+    fields["sft"]["invented_names"] = "klingon"
+    with pytest.raises(ValidationError, match="syllables"):
+        Stage1Config.model_validate(fields)

@@ -18,6 +18,7 @@ from composer_rl.eval.scores import PolicyScores
 from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import JobPlugins
 from composer_rl.tasks import Split, collect_tasks, sample_tasks
+from composer_rl.tasks.invented import NameKind
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
 
@@ -38,7 +39,9 @@ def validation_tasks(per_template: int, seed: int = 0) -> list[Task]:
     return sample_tasks(tasks, per_template, seed=seed) if per_template else tasks
 
 
-def validation_invented_tasks(per_template: int, seed: int = 0) -> list[Task]:
+def validation_invented_tasks(
+    per_template: int, seed: int = 0, kind: NameKind = "syllables"
+) -> list[Task]:
     """The validation tasks rendered again with invented names (`composer_rl.tasks.invented`).
 
     Validation tasks reuse the training names, so a policy can recall them; held-out tasks
@@ -50,14 +53,23 @@ def validation_invented_tasks(per_template: int, seed: int = 0) -> list[Task]:
     from composer_rl.tasks.invented import with_invented_names
 
     rng = random.Random(7919 + seed)
-    renamed = (with_invented_names(task, rng) for task in validation_tasks(per_template, seed))
+    renamed = (
+        with_invented_names(task, rng, kind) for task in validation_tasks(per_template, seed)
+    )
     return [task for task in renamed if task is not None]
+
+
+def validation_words_tasks(per_template: int, seed: int = 0) -> list[Task]:
+    """`validation_invented_tasks` with words for names (`invented.WORDS`): new names of
+    the held-out split's kind, which syllable strings are not."""
+    return validation_invented_tasks(per_template, seed, kind="words")
 
 
 SPLITS = {
     "heldout": heldout_tasks,
     "validation": validation_tasks,
     "validation_invented": validation_invented_tasks,
+    "validation_words": validation_words_tasks,
 }
 """The task sets a comparison can be scored on, by name."""
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.config import CommandConfig, load
+from composer_rl.tasks.invented import NameKind
 
 if TYPE_CHECKING:
     from composer_model import ComposerModel
@@ -302,6 +303,11 @@ class SFTPhaseConfig(PhaseConfig):
         description="extra demonstrations on training tasks rendered again with invented "
         "names (composer_rl.tasks.invented): names no other context holds, so only copying "
         "them from the instruction gets them right; 0: none",
+    )
+    invented_names: NameKind = Field(
+        default="syllables",
+        description="how the invented names are made: syllable strings no language has "
+        "(poncelis), or common words no task uses (lantern); held-out names are words",
     )
     demonstration_workers: int = Field(
         default=2,

@@ -152,6 +152,7 @@ def invented_demonstrations(
     setting they depend on) so that changing the count replays only these."""
     key = {
         "count": config.sft.invented_name_tasks,
+        "names": config.sft.invented_names,
         "mix": config.sft.demonstrations.model_dump(),
         "seed": config.sft.seed,
         "drawn_from": config.sft.max_tasks,
@@ -165,7 +166,9 @@ def invented_demonstrations(
         if cached.get("key") == key:
             return cached
     train_tasks, _ = demonstration_tasks(config)
-    tasks = invented_name_tasks(train_tasks, config.sft.invented_name_tasks, config.sft.seed)
+    tasks = invented_name_tasks(
+        train_tasks, config.sft.invented_name_tasks, config.sft.seed, config.sft.invented_names
+    )
     ids, masks, kinds = demonstrations(
         tasks,
         tokenizer,

@@ -18,7 +18,7 @@ import keyword
 import random
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from composer_rl.tasks.model import Split, Task
 from composer_rl.tasks.templates import BUILTIN_TEMPLATES, Template
@@ -31,6 +31,77 @@ SYLLABLES = (
     "sna", "tri", "vel", "mor", "tan", "lis", "ker", "pon", "dus",
 )  # fmt: skip
 
+WORDS = (
+    "anchor", "apron", "archive", "arena", "armor", "atlas", "attic", "autumn", "avenue",
+    "badge", "bakehouse", "ballot", "banner", "barn", "barrel", "basket", "beacon",
+    "beaker", "bench", "berry", "bicycle", "blanket", "blossom", "boiler", "bonnet",
+    "border", "bottle", "boulder", "bracket", "branch", "brick", "bridge", "brook",
+    "bucket", "buffet", "bunker", "butter", "cabin", "cabinet", "cable", "cactus", "camera",
+    "campus", "canal", "candle", "canopy", "canvas", "canyon", "carpet", "carriage",
+    "castle", "cellar", "chapel", "charter", "chimney", "circus", "cistern", "citadel",
+    "cliff", "closet", "cobble", "compass", "concert", "cottage", "cotton", "county",
+    "courier", "cradle", "crater", "crayon", "creek", "cricket", "crown", "cushion",
+    "dairy", "desert", "diner", "dock", "dolphin", "dome", "donkey", "drawer", "dune",
+    "eagle", "easel", "elbow", "engine", "estate", "fabric", "falcon", "farmhouse",
+    "feather", "fence", "ferry", "festival", "fiddle", "finch", "fountain", "fox",
+    "furnace", "gallery", "garage", "garnet", "gazette", "glacier", "goblet", "granary",
+    "granite", "gravel", "greenhouse", "grocery", "guild", "gutter", "hamlet", "harbor",
+    "harness", "hatchet", "hazel", "hedge", "helmet", "heron", "highway", "hive", "hollow",
+    "hotel", "hound", "island", "ivory", "jacket", "jetty", "journal", "jungle", "kennel",
+    "kettle", "kiosk", "ladder", "lagoon", "lantern", "laundry", "lawn", "leather", "lemon",
+    "lighthouse", "linen", "locker", "lodge", "lumber", "magnet", "mansion", "maple",
+    "marble", "market", "marsh", "meadow", "mill", "mirror", "monastery", "mosaic", "motel",
+    "mountain", "mural", "mustard", "napkin", "needle", "nursery", "oasis", "office",
+    "olive", "opera", "orbit", "outpost", "oven", "paddock", "palace", "pantry", "parlor",
+    "pasture", "pavilion", "pebble", "pepper", "pharmacy", "piano", "pigeon", "pillar",
+    "pillow", "pioneer", "plaza", "plumber", "pocket", "pond", "porch", "postcard",
+    "pottery", "prairie", "pulley", "puppet", "quarry", "quilt", "rabbit", "radar", "raft",
+    "ranch", "ravine", "reef", "ribbon", "ridge", "river", "saddle", "sailor", "salmon",
+    "satchel", "school", "scooter", "shelter", "shovel", "silo", "sketch", "sleigh",
+    "slope", "spindle", "spruce", "stable", "stadium", "statue", "steamer", "stove",
+    "studio", "summit", "tavern", "teapot", "temple", "tent", "terrace", "thimble",
+    "thistle", "timber", "tower", "tractor", "trail", "tram", "trolley", "trumpet",
+    "tunnel", "turbine", "turnip", "valley", "vault", "velvet", "village", "vineyard",
+    "violin", "wagon", "walnut", "wharf", "wheat", "willow", "windmill", "workshop",
+    "yacht", "yard", "absorb", "adapt", "admire", "advise", "align", "amend", "annotate",
+    "anoint", "approve", "arrange", "ascend", "attach", "awaken", "bake", "banish",
+    "barter", "berate", "bleach", "borrow", "bounce", "braid", "brew", "brighten",
+    "broaden", "browse", "brush", "buckle", "budge", "bury", "calibrate", "carve",
+    "catalogue", "chart", "chill", "chisel", "churn", "circle", "clasp", "climb", "cluster",
+    "coax", "comb", "compress", "condense", "confirm", "consult", "contain", "cook",
+    "crack", "crumble", "cultivate", "curb", "curl", "dazzle", "decorate", "deepen",
+    "defrost", "delay", "deliver", "depict", "detect", "devise", "dilute", "direct",
+    "discover", "dispatch", "dissolve", "divert", "draft", "drain", "dredge", "drizzle",
+    "dust", "echo", "edit", "embed", "embroider", "emerge", "enlarge", "enlist", "enrich",
+    "escort", "etch", "examine", "excavate", "expand", "explore", "fasten", "ferment",
+    "finish", "flatten", "flavor", "flourish", "fluff", "forge", "frame", "freshen",
+    "frost", "furnish", "garnish", "glaze", "glide", "glow", "govern", "graze", "greet",
+    "grind", "guard", "harden", "haul", "heal", "heat", "hoist", "hover", "hum", "ignite",
+    "illustrate", "imprint", "inflate", "inform", "insulate", "invest", "irrigate", "jog",
+    "juggle", "kindle", "knead", "knit", "lace", "launch", "lengthen", "lift", "lighten",
+    "mend", "mentor", "mingle", "mold", "mount", "narrate", "navigate", "nudge", "observe",
+    "outline", "paint", "patrol", "pave", "peel", "persuade", "pilot", "plant", "pluck",
+    "plow", "polish", "ponder", "pour", "preserve", "press", "prune", "punch", "quench",
+    "radiate", "ramble", "ration", "rebuild", "recite", "recruit", "refine", "reinforce",
+    "relay", "renovate", "repaint", "rescue", "restore", "retrieve", "rinse", "ripen",
+    "roast", "rotate", "sail", "salvage", "sample", "sand", "scour", "scout", "sculpt",
+    "season", "sharpen", "shepherd", "sift", "simmer", "soak", "soften", "solder",
+    "sort_of", "sow", "sprinkle", "sprout", "squeeze", "steer", "stir", "stitch",
+    "strengthen", "stroll", "sweep", "swivel", "tame", "thaw", "thread", "tighten", "toast",
+    "trace_out", "translate", "transplant", "trek", "tune", "tutor", "unfold", "unravel",
+    "uproot", "varnish", "ventilate", "verify", "wander", "warm", "water", "weave", "weed",
+    "whisk", "whittle", "widen", "wrap",
+)  # fmt: skip
+"""Common English nouns and verbs that no task uses, as a name or as any other identifier of
+a training task's code: new names of the kind the held-out split has (`kitchen`, `appraise`),
+where syllable strings (`poncelis`) are of a kind no task has. The policy of 2026-12-04
+copied syllable names at 0.88 and held-out words at 0.50 (docs/rl/2026-12-04-heldout-new-
+names.md): a word is tokens the corpus and the training names also hold, so recall competes
+with copying on it, as it does on a held-out name."""
+
+NameKind = Literal["syllables", "words"]
+"""How invented names are made: syllable strings, or words of `WORDS`."""
+
 TASK_NAMES = frozenset(name.lower() for pool in (*POOLS.values(), FLAGS, CLASSES) for name in pool)
 """Every name the task suite uses, in either split: never invented."""
 
@@ -39,11 +110,14 @@ _RESERVED = frozenset(
 )
 
 
-def invented_name(rng: random.Random) -> str:
-    """A lower-case identifier of two to four syllables that no task, keyword, builtin or
-    standard-library module uses."""
+def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
+    """A lower-case identifier (two to four syllables, or a word of `WORDS`) that no task,
+    keyword, builtin or standard-library module uses."""
     while True:
-        name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if kind == "words":
+            name = rng.choice(WORDS)
+        else:
+            name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
         if name not in TASK_NAMES and name not in _RESERVED:
             return name
 
@@ -68,7 +142,9 @@ def _renamed(value: Any, mapping: dict[str, str]) -> Any:
 TEMPLATES_BY_NAME: Mapping[str, Template] = {t.name: t for t in BUILTIN_TEMPLATES}
 
 
-def with_invented_names(task: Task, rng: random.Random) -> Task | None:
+def with_invented_names(
+    task: Task, rng: random.Random, kind: NameKind = "syllables"
+) -> Task | None:
     """`task` rendered again with each of its names (`Template.name_params`) replaced by an
     invented one, the same name by the same everywhere; None for a task of no built-in
     template, with no names, or whose template looks its names up in the vocabulary while
@@ -86,9 +162,9 @@ def with_invented_names(task: Task, rng: random.Random) -> Task | None:
     for original in originals:
         # Template names hash into a split one by one, and a task's names must share one
         # (`split_of`): an invented name is drawn again until it hashes to training.
-        name = _styled_like(original, invented_name(rng))
+        name = _styled_like(original, invented_name(rng, kind))
         while name in taken or name_split(name) != Split.TRAIN:
-            name = _styled_like(original, invented_name(rng))
+            name = _styled_like(original, invented_name(rng, kind))
         taken.add(name)
         mapping[original] = name
     for key in template.name_params:
@@ -103,7 +179,9 @@ def with_invented_names(task: Task, rng: random.Random) -> Task | None:
     return invented
 
 
-def invented_name_tasks(tasks: Sequence[Task], count: int, seed: int) -> list[Task]:
+def invented_name_tasks(
+    tasks: Sequence[Task], count: int, seed: int, kind: NameKind = "syllables"
+) -> list[Task]:
     """`count` tasks, each one of `tasks` (drawn in turn from a seeded shuffle) rendered with
     invented names; the same for the same arguments on every machine."""
     rng = random.Random(seed)
@@ -113,7 +191,7 @@ def invented_name_tasks(tasks: Sequence[Task], count: int, seed: int) -> list[Ta
     for index in range(len(order) * 2):
         if len(chosen) >= count or not order:
             break
-        invented = with_invented_names(order[index % len(order)], rng)
+        invented = with_invented_names(order[index % len(order)], rng, kind)
         if invented is not None:
             chosen.append(invented)
     return chosen
@@ -122,6 +200,8 @@ def invented_name_tasks(tasks: Sequence[Task], count: int, seed: int) -> list[Ta
 __all__ = [
     "SYLLABLES",
     "TASK_NAMES",
+    "WORDS",
+    "NameKind",
     "invented_name",
     "invented_name_tasks",
     "with_invented_names",
