@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from composer_rewards import Episode, TokenCounts, length_cost, length_x_from_cost
+from composer_rewards import Episode, TestResults, TokenCounts, length_cost, length_x_from_cost
 from composer_rewards.rewards.length import LengthPenalty, LengthSettings, LengthWeights
 
 
@@ -100,6 +100,25 @@ def test_penalty_uses_the_weighted_sum_of_what_the_episode_spent() -> None:
     )
     component = LengthPenalty(only_turns).composer_reward(episode)
     assert component.value == pytest.approx(-math.log(1 + 0.5 * 6.0) / 0.5)
+
+
+def test_charged_on_solutions_only_leaves_failures_and_untested_episodes_free() -> None:
+    """A failure must never outscore a longer success, and an episode whose tests never
+    ran (collection broken, a crashed command) is no solution to charge either."""
+    penalty = LengthPenalty()
+    penalty.composer_configure({"rewards": {"length": {"charged": "solved", "k": 0.0}}})
+    spent = {"tokens": TokenCounts(thinking=40), "num_tool_calls": 0, "num_turns": 0}
+    solved = Episode(task="t", test_results=TestResults(passed=3), **spent)
+    failed = Episode(task="t", test_results=TestResults(passed=2, failed=1), **spent)
+    errored = Episode(task="t", test_results=TestResults(passed=2, errors=1), **spent)
+    untested = Episode(task="t", **spent)
+    assert penalty.composer_reward(solved).value == -40.0
+    for episode in (failed, errored, untested):
+        component = penalty.composer_reward(episode)
+        assert component.value == 0.0 and "unsolved" in component.details
+    assert LengthPenalty().composer_reward(failed).value < 0  # the default charges all
+    with pytest.raises(ValueError, match=r"rewards\.length\.charged: Input should be"):
+        penalty.composer_configure({"rewards": {"length": {"charged": "sometimes"}}})
 
 
 def test_configuration_arrives_through_the_hook_and_is_validated() -> None:

@@ -14,6 +14,7 @@ limits and keeps full precision near q = 1 and for small k x.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,6 +76,14 @@ class LengthSettings(BaseModel):
     q: float = Field(default=0.5, ge=0)
     weights: LengthWeights = Field(default_factory=LengthWeights)
     weight: float = Field(default=1e-4, ge=0)
+    charged: Literal["always", "solved"] = Field(
+        default="always",
+        description="which episodes pay: every one, or only those whose tests all passed. "
+        "Where one episode in eight solves, a cost charged on every episode is the steadiest "
+        "signal in a group and RL learns to stop checking its work (docs/rl/"
+        "2026-12-04-heldout-new-names.md); charged on solutions only, length ranks solutions "
+        "and never makes a failure look better than a longer success",
+    )
 
 
 def length_x(episode: Episode, weights: LengthWeights) -> float:
@@ -97,6 +106,10 @@ class LengthPenalty(ConfiguredPlugin[LengthSettings]):
     def composer_reward(self, episode: Episode) -> RewardComponent:
         settings = self.settings
         x = length_x(episode, settings.weights)
+        if settings.charged == "solved" and not episode.test_results.all_passed:
+            return RewardComponent(
+                name="length", value=0.0, weight=settings.weight, details=f"x={x:g}, unsolved"
+            )
         return RewardComponent(
             name="length",
             value=-length_cost(x, settings.k, settings.q),
