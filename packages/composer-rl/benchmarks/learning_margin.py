@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import tempfile
 import time
@@ -35,7 +36,13 @@ from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.baselines import baseline_scores
 from composer_rl.eval.behaviour import behaviour_rates
 from composer_rl.eval.scores import PolicyScores, score_policy
-from composer_rl.rl.compare import SPLITS, behaviour_margins, seed_margins, template_rows
+from composer_rl.rl.compare import (
+    SPLITS,
+    behaviour_margins,
+    comparison_rows,
+    seed_margins,
+    template_rows,
+)
 from composer_rl.rl.config import load_config
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 from composer_rl.rl.run import run_rl
@@ -175,6 +182,41 @@ def behaviour_markdown(sft: PolicyScores, runs: dict[int, PolicyScores]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def against_markdown(
+    base: PolicyScores, other: PolicyScores, baselines: dict[str, PolicyScores]
+) -> str:
+    """Another policy (another stage one, a reference) against `--model` on the same tasks,
+    every rate and behaviour paired over tasks, with where greedy pass@1 moved."""
+    lines = ["", f"{other.name} ({other.checkpoint}) against {base.name} ({base.checkpoint}):", ""]
+    names = list(baselines)
+    lines.append(
+        "| metric | tasks | "
+        + base.name
+        + " | "
+        + other.name
+        + " | margin ± paired s.e. | "
+        + " | ".join(names)
+        + " |"
+    )
+    lines.append("| --- " * (5 + len(names)) + "|")
+    for row in comparison_rows(base, other, baselines=baselines):
+        cells = [_fmt(*row["baselines"][n]) if n in row["baselines"] else "" for n in names]
+        lines.append(
+            f"| {row['metric']} | {row['tasks']} | {_fmt(*row['sft'])} | {_fmt(*row['rl'])} "
+            f"| {_signed(*row['margin'])} | " + " | ".join(cells) + " |"
+        )
+    lines += ["", "| template | tasks | " + base.name + " | margin |", "| --- | --- | --- | --- |"]
+    for row in template_rows(base, other):
+        lines.append(
+            f"| {row['metric']} | {row['tasks']} | {_fmt(*row['sft'])} | {_signed(*row['margin'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _signed(mean: float, se: float) -> str:
+    return f"{mean:+.3f}" if math.isnan(se) else f"{mean:+.3f} ± {se:.3f}"
+
+
 def policy_markdown(scores: PolicyScores, what: str) -> str:
     """One policy's rates and behaviours, each with its standard error over tasks: what the
     demonstration mix is chosen by (a real choice at T=1 and greedily; pass@k above pass@1)."""
@@ -227,6 +269,25 @@ def plot(summary: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def _against(
+    args: argparse.Namespace,
+    sft: PolicyScores,
+    baselines: dict[str, PolicyScores],
+    scores_dir: Path,
+    tasks: tuple[list[Any], list[Any]],
+    runner: Any,
+) -> str:
+    """Each `--against` policy scored on the same tasks and set beside `--model`."""
+    text = ""
+    for checkpoint in args.against:
+        # Kept under the checkpoint's path: the scores' key holds the tasks, not the policy.
+        name = re.sub(r"[^A-Za-z0-9]+", "-", str(checkpoint)).strip("-")
+        other = _scores(scores_dir / f"scores-against-{name}.json", name, checkpoint, tasks,
+                        runner, args.k, args.threads)  # fmt: skip
+        text += against_markdown(sft, other, baselines)
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="the SFT checkpoint RL starts from")
@@ -253,6 +314,9 @@ def main() -> int:
                         "the baselines; a later call without it reads every kept score)")  # fmt: skip
     parser.add_argument("--sampled-baselines", action="store_true",
                         help="also sample the baselines at T=1 (pass@k; a policy's cost)")  # fmt: skip
+    parser.add_argument("--against", type=Path, nargs="*", default=[], metavar="CHECKPOINT",
+                        help="other policies (another stage one, a reference) scored on the same "
+                        "tasks and compared with --model, paired over tasks")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a random tiny model, two steps")
     parser.add_argument(
         "--work-dir",
@@ -261,6 +325,11 @@ def main() -> int:
         "--quick a new temporary directory)",
     )
     args = parser.parse_args()
+    for checkpoint in ([args.model] if args.model else []) + args.against:
+        if not (checkpoint / "tokenizer.json").is_file():
+            print(f"error: {checkpoint} is no checkpoint (no tokenizer.json): give a stage-one "
+                  "or RL final/ directory", file=sys.stderr)  # fmt: skip
+            return 2
     work = args.work_dir or (
         Path(tempfile.mkdtemp(prefix="learning-margin-")) if args.quick else Path("runs/learning")
     )
@@ -322,6 +391,7 @@ def main() -> int:
         text = policy_markdown(sft, f"{model} on {len(greedy_tasks)} {args.split} tasks "
                                f"({len(tasks[1])} of them sampled {args.k} times at T=1)")  # fmt: skip
         text += baselines_markdown(baselines)
+        text += _against(args, sft, baselines, scores_dir, tasks, runner)
         print(text)
         (scores_dir / f"policy-{sft.name}.md").write_text(text)
         return 0
@@ -332,6 +402,7 @@ def main() -> int:
         f"settings: {overrides or 'defaults'}"
     )
     text = markdown(summary, header) + baselines_markdown(baselines) + behaviour_markdown(sft, runs)
+    text += _against(args, sft, baselines, scores_dir, tasks, runner)
     print(text)
     (scores_dir / "learning.md").write_text(text)
     (scores_dir / "learning.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -1,0 +1,61 @@
+"""`benchmarks/learning_margin.py --against`: another policy set beside `--model` on the same
+tasks, paired over tasks (how two stage ones, or a reference and the RL start, are compared)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from composer_rl.eval.scores import PolicyScores
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "learning_margin.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("learning_margin", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _policy(name: str, solved: set[str], tested: set[str]) -> PolicyScores:
+    tasks = [f"keep_items-{i:02d}" for i in range(6)] + [f"pick_item-{i:02d}" for i in range(4)]
+    return PolicyScores(
+        name=name,
+        checkpoint=f"runs/{name}/final",
+        per_task_pass1={t: float(t in solved) for t in tasks},
+        behaviours={"tests_run": {t: float(t in tested) for t in tasks}},
+    )
+
+
+def test_the_other_policy_is_paired_over_tasks_with_the_baselines_beside_it() -> None:
+    script = _script()
+    base = _policy("syllables", {"keep_items-00"}, {"keep_items-00", "pick_item-00"})
+    other = _policy("words", {"keep_items-00", "keep_items-01", "pick_item-02"}, set())
+    nothing = _policy("do_nothing", set(), set())
+    text = script.against_markdown(base, other, {"do_nothing": nothing})
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if "|" in line}
+    # pass@1 0.1 -> 0.3 over 10 tasks: margins 1, 1 and eight 0, s.e. sd/sqrt(10)
+    assert (
+        "| pass@1 | 10 | 0.100 ± 0.100 | 0.300 ± 0.153 | +0.200 ± 0.133 | 0.000 ± 0.000 |"
+        in (rows["pass@1"])
+    )
+    assert "-0.200" in rows["tests_run"]
+    assert "| keep_items | 6 | 0.167 ± 0.167 | +0.167 ± 0.167 |" in text
+    assert "| pick_item | 4 | 0.000 ± 0.000 | +0.250 ± 0.250 |" in text
+
+
+def test_a_checkpoint_that_is_none_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPT), "--seeds", "--against", str(tmp_path / "nope")]
+    command += ["--work-dir", str(tmp_path / "work")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'nope'} is no checkpoint (no tokenizer.json): give a stage-one "
+        "or RL final/ directory"
+    ]
+    assert not (tmp_path / "work").exists()
