@@ -121,6 +121,25 @@ def _check_per_template(value: int, zero_is_all: bool = True) -> None:
         raise ConfigError(f"--per-template {value}: give {allowed}")
 
 
+def _check_export_target(out: Path) -> None:
+    """OUT must be writable as what its name says, checked before the tasks are generated
+    (minutes for the whole split): a file given where a directory goes ended, after that
+    work, in a NotADirectoryError traceback."""
+    jsonl = out.suffix == ".jsonl"
+    if jsonl and out.is_dir():
+        raise ConfigError(f"{out} is a directory: give a new file ending in .jsonl, or drop .jsonl")
+    if not jsonl and out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"{out} is a file: give a directory for task directories, or a name ending in "
+            ".jsonl for one JSONL file"
+        )
+    for parent in (out.parent, *out.parent.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{parent} is a file, so {out} cannot be made under it")
+            return
+
+
 def export_tasks(args: argparse.Namespace) -> int:
     from composer_rl.tasks import (
         Split,
@@ -131,6 +150,7 @@ def export_tasks(args: argparse.Namespace) -> int:
     )
 
     _check_per_template(args.per_template)
+    _check_export_target(args.out)
     tasks = collect_tasks(Split(args.split), pm=None)  # the built-in templates' tasks
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template)
