@@ -96,3 +96,35 @@ def test_template_counts_and_the_default_eval_size() -> None:
     # What `composer-rl eval` does on its defaults (--per-template 4, --seed 0).
     default_eval = sample_tasks(collect_tasks(Split.HELDOUT), per_template, seed=0)
     assert (_number(grew.group(1)), _number(grew.group(3))) == (templates, len(default_eval))
+
+
+def test_the_bench_figures_of_the_evaluation_page() -> None:
+    """docs/rl/evaluation.md describes the bench by its size and medians beside today's
+    training split's: a bench or template change that moves them fails here."""
+    from composer_rl.eval.bench import BENCH_PER_TEMPLATE, BENCH_TEMPLATES, bench_tasks
+    from composer_rl.tasks.stats import medians
+
+    page = Path(__file__).resolve().parents[3] / "docs" / "rl" / "evaluation.md"
+    said = _readme(
+        r"(\d+) tasks, (\d+) held-out tasks from each of the (\w+) templates .* median "
+        r"([\d.]+) changed lines over (\d+) files \(training when it was frozen: \d+ lines, "
+        r"\d+ file; (\d+) since .*\) and ([\d.]+)-character descriptions \(training: \d+; "
+        r"(\d+) since\)",
+        page,
+    )
+    bench, train = medians(bench_tasks()), medians(collect_tasks(Split.TRAIN))
+    words = {"six": 6, "seven": 7, "eight": 8}
+    assert (int(said.group(1)), int(said.group(2)), words[said.group(3)]) == (
+        bench.tasks,
+        BENCH_PER_TEMPLATE,
+        len(BENCH_TEMPLATES),
+    )
+    assert (float(said.group(4)), float(said.group(5)), float(said.group(7))) == (
+        bench.changed_lines,
+        bench.files_changed,
+        bench.description_chars,
+    )
+    assert (float(said.group(6)), float(said.group(8))) == (
+        train.changed_lines,
+        train.description_chars,
+    )
