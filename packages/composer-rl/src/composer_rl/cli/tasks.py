@@ -188,8 +188,10 @@ def validate_tasks(args: argparse.Namespace) -> int:
     else:
         # The built-in templates' tasks (a plugin's come with no oracle to check).
         tasks = sample_tasks(collect_tasks(Split(args.split), pm=None), args.per_template)
+    # Every line flushed: off a terminal (`> log`, CI) Python buffers stdout, and a folder of
+    # tasks that takes minutes to grade showed nothing until the last one.
     for problem in problems:
-        print(f"malformed: {problem}")
+        print(f"malformed: {problem}", flush=True)
     bad = len(problems)
     for task in tasks:
         demo = play_oracle(task, backend=args.backend)
@@ -202,7 +204,7 @@ def validate_tasks(args: argparse.Namespace) -> int:
         else:
             status = "ok"
         bad += status != "ok"
-        print(f"{task.id}: {status}")
+        print(f"{task.id}: {status}", flush=True)
     total = len(tasks) + len(problems)
     print(f"{total - bad}/{total} tasks valid")
     return 1 if bad else 0
