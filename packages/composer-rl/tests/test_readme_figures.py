@@ -128,3 +128,32 @@ def test_the_bench_figures_of_the_evaluation_page() -> None:
         train.changed_lines,
         train.description_chars,
     )
+
+
+def test_the_multi_file_templates_table_is_what_the_templates_give(tasks_list: str) -> None:
+    """The task-suite page's table of issue 31's multi-file templates gives each one's
+    files and changed lines (the medians of its tasks) and says each has difficulty 3, 100
+    training and 25 held-out tasks; `tasks validate --per-template 1` checks one task of
+    every template."""
+    from composer_rl.tasks.stats import medians
+
+    page = TASK_SUITE.read_text().splitlines()
+    header = page.index("| template | category | files, lines | what is graded |")
+    said: dict[str, tuple[float, float]] = {}
+    for line in page[header + 2 :]:
+        if not line.startswith("|"):
+            break
+        name, _, size, _ = _cells(line)
+        files, lines = (float(n) for n in size.split(","))
+        said[name.strip("`")] = (files, lines)
+    _readme(r"difficulty 3, 100 training and 25 held-out tasks each", TASK_SUITE)
+    rows = {cells[0]: cells for cells in map(_cells, tasks_list.splitlines()) if cells[0]}
+    by_name = {t.name: t for t in BUILTIN_TEMPLATES}
+    assert len(said) == 10
+    for name, (files, lines) in said.items():
+        template = by_name[name]
+        size = medians([*template.tasks(Split.TRAIN), *template.tasks(Split.HELDOUT)])
+        assert (size.files_changed, size.changed_lines) == (files, lines), name
+        assert rows[name][2:5] == ["3", "100", "25"], rows[name]
+    said_valid = _readme(r"prints `(\d+)/(\d+) tasks valid`", TASK_SUITE)
+    assert {int(said_valid.group(1)), int(said_valid.group(2))} == {len(BUILTIN_TEMPLATES)}
