@@ -211,6 +211,9 @@ def test_sft_without_the_earlier_phases_names_what_to_run(
         (["services", "check", "--place", "bogus"], "--place 'bogus'"),
         (["tasks", "export", "{missing}", "--per-template", "-1"], "--per-template -1"),
         (["services", "check", "--threads", "0"], "--threads 0: must be above 0"),
+        (["tasks", "export", "{checkpoint}/tokenizer.json"], "tokenizer.json is a file"),
+        (["tasks", "export", "{checkpoint}/tokenizer.json/out.jsonl"], "cannot be made under"),
+        (["view", "{missing}", "--port", "99999"], "--port 99999: give 0 to 65535"),
     ],
     ids=[
         "eval",
@@ -222,6 +225,9 @@ def test_sft_without_the_earlier_phases_names_what_to_run(
         "place",
         "export",
         "services-threads",
+        "export-to-a-file",
+        "export-under-a-file",
+        "view-port",
     ],
 )
 def test_a_wrong_path_or_value_on_other_commands_is_one_line(
@@ -237,3 +243,13 @@ def test_a_wrong_path_or_value_on_other_commands_is_one_line(
     assert main([a.format(**fill) for a in argv]) == 2
     assert says.format(**fill) in _one_line_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_export_to_a_jsonl_name_that_is_a_directory_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "tasks.jsonl"
+    taken.mkdir()
+    assert main(["tasks", "export", str(taken)]) == 2
+    assert f"{taken} is a directory" in _one_line_error(capsys)
+    assert list(taken.iterdir()) == []

@@ -1,9 +1,9 @@
 """Every command a README prints runs as printed in a fresh shell of a fresh clone.
 
 The shell blocks (```bash, ```sh, ```console, ```shell, and unlabelled blocks that start
-with a command) of README.md and packages/*/README.md are read line by line. Each command
-must start with `uv run`, `uv` itself, or a documented setup step (`git clone`, `pip
-install`, `bash .ci/...`), never a bare `python`, `pytest`, `torchrun` or `composer-rl`,
+with a command) of every README and of the topic pages under docs/ (below) are read line by
+line. Each command must start with `uv run`, `uv` itself, or a documented setup step (`git
+clone`, `pip install`, `bash .ci/...`), never a bare `python`, `pytest`, `torchrun` or `composer-rl`,
 which a fresh shell does not have (they live in the workspace's venv). Then, without
 running anything heavy: files the command names exist; `composer-rl ...` parses with the
 real argparse parser (an `rl` command's settings also validate as an `RLConfig`); a
@@ -27,7 +27,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md"))]
+
+
+def _is_dated_record(page: Path) -> bool:
+    """A dated record (docs/rl/2026-12-04-copy-kept.md) keeps its commands as they were run
+    that day (heredocs, shell loops, flags since renamed): a record, not instructions."""
+    return page.name[:1].isdigit()
+
+
+# Every README of the repository (the packages', the example plugin's, the studies') and the
+# topic pages under docs/ that the READMEs were cut into: a reader follows a link from a
+# README and types what the page prints.
+READMES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "packages").glob("*/README.md")),
+    *sorted((ROOT / "examples").glob("*/README.md")),
+    *sorted(p for p in (ROOT / "docs").rglob("*.md") if not _is_dated_record(p)),
+]
 SHELL_LANGUAGES = {"bash", "sh", "console", "shell"}
 # Words that start a command line in a fresh shell: uv and documented setup steps.
 SETUP = {"uv", "git", "pip", "bash", "cd", "export", "mkdir", "curl"}
@@ -243,6 +259,9 @@ COMMANDS = readme_commands()
 
 def test_the_readmes_print_commands() -> None:
     assert len(COMMANDS) > 30
+    read = {c.readme.relative_to(ROOT).as_posix() for c in COMMANDS}
+    # The example plugin's README and a topic page are read, not only the packages' READMEs.
+    assert {"examples/reward-plugin/README.md", "docs/rl/plugins.md"} <= read, sorted(read)
     assert any("torch.distributed.run" in c.text for c in COMMANDS)  # unlabelled blocks too
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +81,23 @@ def test_an_unknown_study_names_the_known_ones(capsys: pytest.CaptureFixture[str
     assert "kl-estimators" in capsys.readouterr().err
 
 
-def _quick(name: str, out: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+def _quick(
+    name: str,
+    out: Path,
+    capsys: pytest.CaptureFixture[str],
+    *extra: str,
+    printed: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run a study's quick form and check its files; what it printed goes to `printed`."""
     assert cli.main(["study", name, "--quick", "--out", str(out), *extra]) == 0
-    printed = capsys.readouterr().out
+    output = capsys.readouterr().out
+    if printed is not None:
+        printed.append(output)
     for file in ("table.md", "plot.png", "result.json"):
         assert (out / file).is_file(), file
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "table.md").read_text()
-    assert table.strip() in printed  # the table is printed as written
+    assert table.strip() in output  # the table is printed as written
     result = json.loads((out / "result.json").read_text())
     assert result["study"] == name and result["quick"] is True
     verdict = check_verdict(result["verdict"], result["verdict_detail"])  # the vocabulary
@@ -250,7 +260,13 @@ def test_router_replay_quick_trains_with_replay_on_and_off(
 
 @pytest.mark.slow  # two RL runs and a warm-up (about 20 s on an idle box, twice that loaded)
 def test_async_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = _quick("async", tmp_path / "async", capsys)
+    printed: list[str] = []
+    result = _quick("async", tmp_path / "async", capsys, printed=printed)
+    # Off a terminal each RL run the study trains reports its steps as plain lines (a log of
+    # `composer-rl study async > log` showed nothing until the table).
+    for mode in ("sync", "async"):
+        assert f"{mode}: start, to 3 steps" in printed[0], mode
+        assert re.search(rf"^{mode}: done, 3/3 steps \(100%\).*steps/s", printed[0], re.M), mode
     sync, asynchronous = (result["numbers"]["results"][m] for m in ("sync", "async"))
     # Equal trained samples, so the wall-clock ratio compares like with like.
     assert sync["steps"] == asynchronous["steps"] == 3

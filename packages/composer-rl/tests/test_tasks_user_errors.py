@@ -9,7 +9,11 @@ did not name the default split.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +136,23 @@ def test_help_names_the_default_split(capsys: pytest.CaptureFixture[str]) -> Non
         with pytest.raises(SystemExit):
             main(["tasks", action, "--help"])
         assert "(default: heldout)" in capsys.readouterr().out
+
+
+def test_validate_reports_each_task_as_it_goes_when_output_is_a_pipe(tmp_path: Path) -> None:
+    """Off a terminal each task's line comes when it is graded, not all at the end: the
+    first task's line arrives while the other two are still being graded."""
+    folder = tmp_path / "tasks"
+    for name in ("a", "b", "c"):
+        save_task_dir(_task(name), folder / name)
+    command = [sys.executable, "-m", "composer_rl.cli", "tasks", "validate", str(folder)]
+    # A user's shell does not set PYTHONUNBUFFERED (CI and this box may): without it Python
+    # buffers a pipe's output, as it does a log file's.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdout is not None
+        arrived: list[tuple[float, str]] = [(time.monotonic(), line) for line in process.stdout]
+    assert process.returncode == 0, arrived
+    assert [line for _, line in arrived] == ["a: ok\n", "b: ok\n", "c: ok\n", "3/3 tasks valid\n"]
+    # Two tasks graded in sandboxes (each an oracle run and a grading, seconds) lie between
+    # the first line and the last; buffered, all four came in the same instant at the end.
+    assert arrived[-1][0] - arrived[0][0] > 0.5, arrived

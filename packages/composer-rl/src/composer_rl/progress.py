@@ -34,7 +34,7 @@ EVERY_S = 30.0
 Show = bool | Literal["lines"]
 """How a piece of work reports progress: True, a bar on a terminal and plain lines
 elsewhere; "lines", plain lines always (the commands' --no-progress); False, nothing
-(a rank other than 0, a study that runs phases of its own)."""
+(a rank other than 0)."""
 
 
 def _duration(seconds: float) -> str:

@@ -121,6 +121,25 @@ def _check_per_template(value: int, zero_is_all: bool = True) -> None:
         raise ConfigError(f"--per-template {value}: give {allowed}")
 
 
+def _check_export_target(out: Path) -> None:
+    """OUT must be writable as what its name says, checked before the tasks are generated
+    (minutes for the whole split): a file given where a directory goes ended, after that
+    work, in a NotADirectoryError traceback."""
+    jsonl = out.suffix == ".jsonl"
+    if jsonl and out.is_dir():
+        raise ConfigError(f"{out} is a directory: give a new file ending in .jsonl, or drop .jsonl")
+    if not jsonl and out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"{out} is a file: give a directory for task directories, or a name ending in "
+            ".jsonl for one JSONL file"
+        )
+    for parent in (out.parent, *out.parent.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{parent} is a file, so {out} cannot be made under it")
+            return
+
+
 def export_tasks(args: argparse.Namespace) -> int:
     from composer_rl.tasks import (
         Split,
@@ -131,6 +150,7 @@ def export_tasks(args: argparse.Namespace) -> int:
     )
 
     _check_per_template(args.per_template)
+    _check_export_target(args.out)
     tasks = collect_tasks(Split(args.split), pm=None)  # the built-in templates' tasks
     if args.per_template:
         tasks = sample_tasks(tasks, args.per_template)
@@ -168,8 +188,10 @@ def validate_tasks(args: argparse.Namespace) -> int:
     else:
         # The built-in templates' tasks (a plugin's come with no oracle to check).
         tasks = sample_tasks(collect_tasks(Split(args.split), pm=None), args.per_template)
+    # Every line flushed: off a terminal (`> log`, CI) Python buffers stdout, and a folder of
+    # tasks that takes minutes to grade showed nothing until the last one.
     for problem in problems:
-        print(f"malformed: {problem}")
+        print(f"malformed: {problem}", flush=True)
     bad = len(problems)
     for task in tasks:
         demo = play_oracle(task, backend=args.backend)
@@ -182,7 +204,7 @@ def validate_tasks(args: argparse.Namespace) -> int:
         else:
             status = "ok"
         bad += status != "ok"
-        print(f"{task.id}: {status}")
+        print(f"{task.id}: {status}", flush=True)
     total = len(tasks) + len(problems)
     print(f"{total - bad}/{total} tasks valid")
     return 1 if bad else 0

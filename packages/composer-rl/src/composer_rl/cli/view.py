@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from composer_rl.errors import ConfigError
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -35,6 +37,10 @@ def view(args: argparse.Namespace) -> int:
     from composer_rl.view.rundir import find_runs
     from composer_rl.view.server import serve
 
+    if not 0 <= args.port <= 65535:
+        # Checked here: binding raises OverflowError, not OSError, so it came out as a
+        # traceback after the run directories were read.
+        raise ConfigError(f"--port {args.port}: give 0 to 65535 (0 picks a free one)")
     paths: list[Path] = []
     for given in args.run_dirs or [Path("runs")]:
         if not given.exists():

@@ -37,8 +37,8 @@ from composer_rl.eval.stats import mean_se
 from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
-from composer_rl.rl.run import run_rl
 from composer_rl.studies.base import StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.rl_runs import run_rl_reporting
 
 MODES = ("sync", "async")
 
@@ -134,7 +134,7 @@ def _one_run(
             "eval.per_template": 0,
         },
     )
-    return run_rl(config), config.loop.max_off_policy_steps
+    return run_rl_reporting(config), config.loop.max_off_policy_steps
 
 
 def _figure(results: dict[str, dict[str, Any]]) -> Figure:

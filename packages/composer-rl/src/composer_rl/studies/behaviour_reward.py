@@ -106,7 +106,6 @@ from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
-from composer_rl.rl.run import run_rl
 from composer_rl.stages.metrics import read_metrics as read_metrics_file
 from composer_rl.studies.base import (
     RANDOM_POLICY_NOTE,
@@ -119,6 +118,7 @@ from composer_rl.studies.rl_runs import (
     WEIGHTS_RECORD,
     RLSizes,
     finished_history,
+    run_rl_reporting,
     study_settings,
     weights_digest,
 )
@@ -275,7 +275,7 @@ def train(
             return True
     shutil.rmtree(run_dir, ignore_errors=True)
     digest = weights_digest(model)
-    run_rl(config, step_boundary=adder(run_dir, sizes.add_at, watch) if add else None)
+    run_rl_reporting(config, step_boundary=adder(run_dir, sizes.add_at, watch) if add else None)
     if digest is not None:
         (run_dir / WEIGHTS_RECORD).write_text(digest + "\n")
     return False

@@ -122,9 +122,11 @@ def stage_one(
         for name in SHARED_FILES:
             if (first / name).is_file() and not (run_dir / name).is_file():
                 shutil.copy2(first / name, run_dir / name)
-    pretrain = run_pretrain(config, show_progress=False)
-    long_context = run_long_context(config, show_progress=False)
-    sft = run_sft(config, show_progress=False)
+    # Each phase reports as `composer-rl stage1` does (lines off a terminal): four stage
+    # ones run before the first RL run, and a log of the study showed nothing for them.
+    pretrain = run_pretrain(config)
+    long_context = run_long_context(config)
+    sft = run_sft(config)
     return run_dir / "sft" / "final", {
         "run_dir": str(run_dir),
         "ce_pretrain": float(pretrain["heldout_ce"]),

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from composer_rl.config import ConfigError, load_tables
+from composer_rl.progress import StepProgress
 from composer_rl.rl.config import RLConfig, load_config, to_toml
 from composer_rl.rl.lineage import final_lineage
 from composer_rl.rl.run import run_rl
@@ -55,6 +57,21 @@ def study_settings(
     return settings
 
 
+def run_rl_reporting(
+    config: RLConfig, step_boundary: Callable[[int], None] | None = None
+) -> list[dict[str, Any]]:
+    """`run_rl` with a progress line per step under the run directory's name (a bar on a
+    terminal): a study trains several runs of minutes each, and `composer-rl study ... >
+    log` printed nothing until its table."""
+    with StepProgress(config.run_dir.name, config.loop.steps) as progress:
+
+        def on_step(row: dict[str, Any]) -> None:
+            reward = row.get("reward_mean")
+            progress.update(int(row["step"]), info="" if reward is None else f"reward {reward:.3f}")
+
+        return run_rl(config, on_step=on_step, step_boundary=step_boundary)
+
+
 def run_or_reuse(
     model: Path, run_dir: Path, sizes: RLSizes, overrides: dict[str, object], seed: int
 ) -> tuple[list[dict[str, Any]], bool]:
@@ -65,7 +82,7 @@ def run_or_reuse(
         return finished, True
     shutil.rmtree(run_dir, ignore_errors=True)
     digest = weights_digest(model)
-    history = run_rl(config)
+    history = run_rl_reporting(config)
     if digest is not None:
         (run_dir / WEIGHTS_RECORD).write_text(digest + "\n")
     return history, False
