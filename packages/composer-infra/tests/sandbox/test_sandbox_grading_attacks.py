@@ -3,7 +3,8 @@
 Each test builds one attack on a small real task the way a policy would: `Sandbox.create`,
 the policy's `write_file` / `run` tool calls, then `run_tests` with the hidden tests. The
 task's module has two functions; `mul` is right, `add` is the bug. Every attack leaves
-`add` broken, so a pass is a reward the policy did not earn.
+`add` broken, so a pass is a reward the policy did not earn. The attacks are the public
+corpus `composer_infra.sandbox.grading.attacks`, which composer-rl's tests run too.
 
 Two forms of hidden tests:
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 import pytest
 
 from composer_infra.sandbox import Sandbox, Task, TestReport
+from composer_infra.sandbox.grading.attacks import ATTACKS
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -55,243 +57,23 @@ HIDDEN = {
 COMMANDS = {"probe": PROBE_COMMAND, "in-process": IN_PROCESS_COMMAND}
 FORMS = ("probe", "in-process")
 
-# Rewrites every report it can find (JUnit XML, or the grader's JSON with its nonce kept)
-# into one where every test passed and pytest exited 0.
-REWRITE = (
-    "def rewrite():\n"
-    "    import glob, json, os, re\n"
-    "    for pattern in ('/composer-grading/**/*', os.getcwd() + '/.*', os.getcwd() + '/**/*.xml',\n"
-    "                    os.getcwd() + '/**/*.json', '/tmp/**/*'):\n"
-    "        for path in glob.glob(pattern, recursive=True):\n"
-    "            try:\n"
-    "                if not os.path.isfile(path) or os.path.islink(path):\n"
-    "                    continue\n"
-    "                text = open(path).read()\n"
-    "                if '<testsuite' in text:\n"
-    "                    text = re.sub(r'<(failure|error|skipped)\\b.*?(/>|</\\1>)', '', text, flags=re.S)\n"
-    "                elif text.lstrip().startswith('{'):\n"
-    "                    data = json.loads(text)\n"
-    "                    data['exit_status'] = 0\n"
-    "                    for test in data.get('tests', {}).values():\n"
-    "                        test.update(outcome='passed', message='')\n"
-    "                    text = json.dumps(data)\n"
-    "                else:\n"
-    "                    continue\n"
-    "                with open(path, 'w') as out:\n"
-    "                    out.write(text)\n"
-    "            except Exception:\n"
-    "                pass\n"
+# Every attack of the shared corpus but two: `patched_report_factory`, a second way to what
+# `patched_test_report` does (composer-rl runs it on its instance), and the attack at
+# collection, which needs a conftest that imports the workspace (its own test below).
+NAMES = tuple(
+    name
+    for name in ATTACKS
+    if name not in {"patched_report_factory", "hidden_tests_read_and_rewritten_at_collection"}
 )
-
-# A process that outlives whatever imported the module (double fork, own session) and
-# rewrites the reports every millisecond.
-DAEMON = (
-    REWRITE + "import os, time\n"
-    "if os.fork() == 0:\n"
-    "    os.setsid()\n"
-    "    if os.fork() == 0:\n"
-    "        for fd in (0, 1, 2):\n"
-    "            os.close(fd)\n"
-    "        while True:\n"
-    "            rewrite()\n"
-    "            time.sleep(0.001)\n"
-    "    os._exit(0)\n"
-    "os.wait()\n"
-)
-
-# pytest's summary line, written past its output capture: to every pipe the process holds
-# (pytest keeps the command's real stdout open under another descriptor while it captures).
-SUMMARY = (
-    "import os, stat\n"
-    "for _fd in range(1, 64):\n"
-    "    try:\n"
-    "        if stat.S_ISFIFO(os.fstat(_fd).st_mode):\n"
-    "            os.write(_fd, b'========== 2 passed in 0.01s ==========\\n')\n"
-    "    except OSError:\n"
-    "        pass\n"
-)
-
-ATTACKS: dict[str, str] = {
-    # No report at all; the verdict used to fall back to the summary line, then the exit code.
-    "exit_0_at_import": SUMMARY + "os._exit(0)\n",
-    "exit_1_after_summary": SUMMARY + "os._exit(1)\n",
-    "flood_after_summary": (
-        SUMMARY + "while True:\n"
-        "    for _fd in range(1, 64):\n"
-        "        try:\n"
-        "            if stat.S_ISFIFO(os.fstat(_fd).st_mode):\n"
-        "                os.write(_fd, b'x' * 65536)\n"
-        "        except OSError:\n"
-        "            pass\n"
-    ),
-    "flood_stdout": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
-    # A report rewritten after pytest wrote it.
-    "atexit_rewrites_report": REWRITE + "import atexit\natexit.register(rewrite)\n",
-    "daemon_rewrites_report": DAEMON,
-    # Failures turned into skips, which counted as neither failed nor passed.
-    "assertion_becomes_skip": (
-        "try:\n"
-        "    import _pytest.python as _p\n"
-        "    _run = _p.Function.runtest\n"
-        "    def _runtest(self):\n"
-        "        try:\n"
-        "            _run(self)\n"
-        "        except AssertionError:\n"
-        "            import pytest\n"
-        "            pytest.skip('flaky on this machine')\n"
-        "    _p.Function.runtest = _runtest\n"
-        "except ImportError:\n"
-        "    pass\n"
-    ),
-    # pytest's reporting patched from code the hidden tests import.
-    "patched_test_report": (
-        "try:\n"
-        "    import _pytest.reports as _r\n"
-        "    _init = _r.TestReport.__init__\n"
-        "    def _passed(self, *args, **kwargs):\n"
-        "        _init(self, *args, **kwargs)\n"
-        "        self.outcome = 'passed'\n"
-        "        self.longrepr = None\n"
-        "    _r.TestReport.__init__ = _passed\n"
-        "except ImportError:\n"
-        "    pass\n"
-    ),
-    # The value compared is an object whose `__eq__` always says yes (`add` below returns it).
-    "eq_always_true": (
-        "class _Anything(int):\n"
-        "    def __eq__(self, other):\n        return True\n"
-        "    __hash__ = int.__hash__\n"
-    ),
-    # The expected value read from the hidden test file while the tests run.
-    "reads_hidden_tests": "",
-    # A plugin registered from inside with pytest's own plugin manager (found through gc).
-    "hook_registered_from_inside": (
-        "import gc\n"
-        "try:\n"
-        "    import pytest\n"
-        "    class _Pass:\n"
-        "        @pytest.hookimpl(hookwrapper=True)\n"
-        "        def pytest_runtest_makereport(self, item, call):\n"
-        "            outcome = yield\n"
-        "            outcome.get_result().outcome = 'passed'\n"
-        "    for _o in gc.get_objects():\n"
-        "        if type(_o).__name__ == 'PytestPluginManager':\n"
-        "            _o.register(_Pass())\n"
-        "            break\n"
-        "except ImportError:\n"
-        "    pass\n"
-    ),
-    # The grader's own plugin patched: every phase it relays says passed.
-    "patched_runner_plugin": (
-        "import gc\n"
-        "for _o in gc.get_objects():\n"
-        "    if type(_o).__name__ == 'Recorder' and hasattr(_o, 'emit'):\n"
-        "        _emit = _o.emit\n"
-        "        def _passed(event, _emit=_emit):\n"
-        "            if event.get('e') == 'phase':\n"
-        "                event = dict(event, outcome='passed', message='')\n"
-        "            _emit(event)\n"
-        "        _o.emit = _passed\n"
-    ),
-    # The channel to the runner forged: the events (their format is in the runner's file,
-    # beside the hidden tests) re-encoded as passes, the session as a success.
-    "forged_events": (
-        "import json\n"
-        "_dumps = json.dumps\n"
-        "def _forged(obj, *args, **kwargs):\n"
-        "    if isinstance(obj, dict) and obj.get('e') == 'phase':\n"
-        "        obj = dict(obj, outcome='passed', message='')\n"
-        "    if isinstance(obj, dict) and obj.get('e') == 'finished':\n"
-        "        obj = dict(obj, status=0)\n"
-        "    return _dumps(obj, *args, **kwargs)\n"
-        "json.dumps = _forged\n"
-    ),
-    # A thread that looks for the nonce in the memory of its process (every frame's locals)
-    # and writes a passing report wherever a grading process says the report goes.
-    "thread_forges_report": (
-        "import json, os, re, sys, threading, time\n"
-        "def _forge():\n"
-        "    found, paths = set(), set()\n"
-        "    for _pid in filter(str.isdigit, os.listdir('/proc')):\n"
-        "        try:\n"
-        "            _argv = open(f'/proc/{_pid}/cmdline', 'rb').read().split(b'\\0')\n"
-        "        except OSError:\n"
-        "            continue\n"
-        "        if b'--report' in _argv:\n"
-        "            paths.add(_argv[_argv.index(b'--report') + 1].decode())\n"
-        "    while True:\n"
-        "        for frame in list(sys._current_frames().values()):\n"
-        "            while frame is not None:\n"
-        "                for value in list(frame.f_locals.values()):\n"
-        "                    if isinstance(value, str) and re.fullmatch('[0-9a-f]{64}', value):\n"
-        "                        found.add(value)\n"
-        "                frame = frame.f_back\n"
-        "        tests = {'_grading/test_calc.py::test_add': {'outcome': 'passed', 'message': ''},\n"
-        "                 '_grading/test_calc.py::test_mul': {'outcome': 'passed', 'message': ''}}\n"
-        "        for nonce in found or {'0' * 64}:\n"
-        "            for path in paths:\n"
-        "                try:\n"
-        "                    with open(path, 'w') as out:\n"
-        "                        json.dump({'nonce': nonce, 'exit_status': 0, 'tests': tests}, out)\n"
-        "                except OSError:\n"
-        "                    pass\n"
-        "        time.sleep(0.005)\n"
-        "threading.Thread(target=_forge, daemon=True).start()\n"
-    ),
-    # `__eq__` that says yes to any int only (a fresh object is told apart).
-    "eq_true_for_ints": (
-        "class _IntLiar(int):\n"
-        "    def __eq__(self, other):\n        return type(other) is int\n"
-        "    __hash__ = int.__hash__\n"
-    ),
-    # The expected value read from the test that calls: its line, as pytest keeps it.
-    "reads_the_calling_line": (
-        "import linecache, re, sys\n"
-        "def _expected(default):\n"
-        "    frame = sys._getframe(2)\n"
-        "    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)\n"
-        "    found = re.search(r'==\\s*(-?\\d+)', line)\n"
-        "    return int(found.group(1)) if found else default\n"
-    ),
-    # Knows the grader: reads which tests are its control tests from the test process's
-    # memory and reports every other test passed (the open residual; docs/grading.md).
-    "knows_the_control_tests": (
-        "import gc\n"
-        "for _o in gc.get_objects():\n"
-        "    if type(_o).__name__ == 'Recorder' and getattr(_o, 'canaries', None):\n"
-        "        _emit, _control = _o.emit, list(_o.canaries)\n"
-        "        def _passed(event, _emit=_emit, _control=_control):\n"
-        "            node = event.get('node', '')\n"
-        "            ours = any(node == c or node.startswith(c + '[') for c in _control)\n"
-        "            if event.get('e') == 'phase' and not ours:\n"
-        "                event = dict(event, outcome='passed', message='')\n"
-        "            _emit(event)\n"
-        "        _o.emit = _passed\n"
-    ),
-}
-# How `add` reads in each attack (the broken body unless the attack needs its own).
-ADD_BODY = {
-    "eq_always_true": "def add(a, b):\n    return _Anything(a - b)\n",
-    "reads_hidden_tests": (
-        "def add(a, b):\n"
-        "    import glob, re\n"
-        "    for path in glob.glob('_grading/**/*.py', recursive=True):\n"
-        "        found = re.search(r'add\\W+%d\\W+%d\\)\\s*==\\s*(\\d+)' % (a, b), open(path).read())\n"
-        "        if found:\n"
-        "            return int(found.group(1))\n"
-        "    return a - b\n"
-    ),
-    "eq_true_for_ints": "def add(a, b):\n    return _IntLiar(a - b)\n",
-    "reads_the_calling_line": "def add(a, b):\n    return _expected(a - b)\n",
-}
 
 # What code running inside the tests' process can still do (docs/grading.md).
 IN_PROCESS_RESIDUAL = {"knows_the_control_tests"}
 
+MUL = "def mul(a, b):\n    return a * b\n"
+
 
 def attack_module(name: str) -> str:
-    add = ADD_BODY.get(name, "def add(a, b):\n    return a - b\n")
-    return ATTACKS[name] + "\n\n" + add + "\n\ndef mul(a, b):\n    return a * b\n"
+    return ATTACKS[name].module(MUL)
 
 
 def task_for(form: str, **extra: object) -> Task:
@@ -344,7 +126,7 @@ def _attack(form: str, name: str) -> object:
 
 
 @pytest.mark.parametrize(
-    ("form", "name"), [_attack(form, name) for form in FORMS for name in ATTACKS]
+    ("form", "name"), [_attack(form, name) for form in FORMS for name in NAMES]
 )
 def test_attack_is_graded_failed(
     backend: str, make_sandbox: MakeSandbox, form: str, name: str
@@ -361,23 +143,10 @@ def test_attack_is_graded_failed(
         assert report.source == "grader" and not reason, report
         assert report.outcomes.get(ADD_ID) == "failed", report
         return
-    expected = {
-        "exit_0_at_import": "before its pytest session finished",
-        "exit_1_after_summary": "before its pytest session finished",
-        "flood_after_summary": "output",
-        "flood_stdout": "output",
-        "assertion_becomes_skip": "skipped",
-        # A control test that must fail came back passed.
-        "patched_test_report": "tampering",
-        "eq_always_true": "tampering",
-        "eq_true_for_ints": "tampering",
-        "hook_registered_from_inside": "tampering",
-        "patched_runner_plugin": "tampering",
-        "forged_events": "tampering",
-        "reads_the_calling_line": "tampering",
-    }
-    if name in expected:
-        assert expected[name] in reason, report
+    # The reason the corpus gives ("tampering": a control test that must fail came back passed).
+    refused_with = ATTACKS[name].refused_with
+    if refused_with is not None:
+        assert refused_with in reason, report
     else:  # the report is the runner's own; `add` did not pass in it
         assert report.source == "grader" and report.outcomes.get(ADD_ID) != "passed", report
     if report.source == "grader":  # the control tests are never counted as the task's
@@ -390,21 +159,7 @@ COLLECTION_HIDDEN = {
     "_grading/conftest.py": "import calc  # noqa: F401\n",
     **HIDDEN["in-process"],
 }
-AT_COLLECTION = (
-    "import glob, re\n"
-    "_TABLE = {}\n"
-    "for _path in glob.glob('_grading/**/*.py', recursive=True):\n"
-    "    try:\n"
-    "        _text = open(_path).read()\n"
-    "    except OSError:\n"
-    "        continue\n"
-    "    for _a, _b, _c in re.findall(r'add\\((\\d+), (\\d+)\\) == (\\d+)', _text):\n"
-    "        _TABLE[int(_a), int(_b)] = int(_c)\n"
-    "    if '/test_' in _path:\n"
-    "        with open(_path, 'w') as _out:\n"
-    "            _out.write('def test_add():\\n    pass\\n\\n\\ndef test_mul():\\n    pass\\n')\n"
-    "\n\ndef add(a, b):\n    return _TABLE.get((a, b), a - b)\n\n\ndef mul(a, b):\n    return a * b\n"
-)
+AT_COLLECTION = attack_module("hidden_tests_read_and_rewritten_at_collection")
 
 
 def test_in_process_collection_neither_reads_nor_rewrites_the_hidden_tests(

@@ -10,6 +10,8 @@
   and fails the grading as tampering when one comes back otherwise.
 - `verdict.py` turns the task's test command into a `GradingRun` and the runner's report
   (or its absence) into a `TestReport` that fails closed.
+- `attacks.py` is no part of a grading: the attacks on it a policy could write, as data, for
+  this package's tests, composer-rl's and a new task source's to grade.
 
 docs/grading.md (in the repository) says what the grader trusts and why.
 """
