@@ -82,17 +82,20 @@ def main() -> int:
     for split in args.splits:
         name_rates: list[float] = []
         other_rates: list[float] = []
+        per_task: dict[str, float] = {}  # at names, by task: two policies pair on these
         for task in SPLITS[split](args.per_template, seed=0):
             ids, mask = play_demonstration(task, mix).transcript.encode(tokenizer)
             names, others = accuracies(model, tokenizer, ids, mask)
             if names:
                 name_rates.append(sum(names) / len(names))
+                per_task[task.id] = name_rates[-1]
             if others:
                 other_rates.append(sum(others) / len(others))
         figures[split] = {
             "tasks": len(other_rates),
             "at_names": mean_se(name_rates),
             "elsewhere": mean_se(other_rates),
+            "at_names_by_task": per_task,
         }
         print(f"{split}: {len(other_rates)} demonstrations; greedy-guess accuracy at names "
               f"{figures[split]['at_names'][0]:.3f} ± {figures[split]['at_names'][1]:.3f}, "

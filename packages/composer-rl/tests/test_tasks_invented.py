@@ -15,6 +15,8 @@ from composer_rl.tasks.grading import grade_files
 from composer_rl.tasks.invented import (
     _RESERVED,
     TASK_NAMES,
+    TRAINING_WORDS,
+    VALIDATION_WORDS,
     WORDS,
     NameKind,
     invented_name,
@@ -85,8 +87,13 @@ def test_the_words_are_no_task_name_keyword_module_or_identifier_of_a_training_t
                 break
     assert len(set(WORDS)) == len(WORDS) >= 400
     assert not set(WORDS) & (TASK_NAMES | _RESERVED | identifiers)
-    drawn = {invented_name(random.Random(seed), "words") for seed in range(200)}
-    assert drawn <= set(WORDS) and len(drawn) > 100
+    assert set(TRAINING_WORDS) | set(VALIDATION_WORDS) == set(WORDS)
+    assert not set(TRAINING_WORDS) & set(VALIDATION_WORDS) and len(VALIDATION_WORDS) >= 80
+    # demonstrations draw one half, the validation proxy the other: it must not be recall
+    drawn = {invented_name(random.Random(seed), "words") for seed in range(400)}
+    assert drawn <= set(TRAINING_WORDS) and len(drawn) > 150
+    drawn = {invented_name(random.Random(seed), "validation_words") for seed in range(400)}
+    assert drawn <= set(VALIDATION_WORDS) and len(drawn) > 60
 
 
 def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> None:
@@ -107,7 +114,8 @@ def test_the_invented_validation_split_renames_validation_tasks_only() -> None:
     assert SPLITS["validation_invented"] is validation_invented_tasks
     words = SPLITS["validation_words"](2)
     assert {t.metadata["renamed_from"] for t in words} <= {t.id for t in validation_tasks(2)}
-    assert all(_words(t) & set(WORDS) for t in words)
+    assert all(_words(t) & set(VALIDATION_WORDS) for t in words)
+    assert not any(_words(t) & set(TRAINING_WORDS) for t in words)
     validation = {t.id: t for t in validation_tasks(2)}
     renamed = validation_invented_tasks(2)
     assert [t.id for t in renamed] == [t.id for t in validation_invented_tasks(2)]

@@ -60,9 +60,10 @@ def validation_invented_tasks(
 
 
 def validation_words_tasks(per_template: int, seed: int = 0) -> list[Task]:
-    """`validation_invented_tasks` with words for names (`invented.WORDS`): new names of
-    the held-out split's kind, which syllable strings are not."""
-    return validation_invented_tasks(per_template, seed, kind="words")
+    """`validation_invented_tasks` with words for names (`invented.VALIDATION_WORDS`, which
+    no demonstration uses): new names of the held-out split's kind, which syllable strings
+    are not."""
+    return validation_invented_tasks(per_template, seed, kind="validation_words")
 
 
 SPLITS = {

@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.config import CommandConfig, load
-from composer_rl.tasks.invented import NameKind
 
 if TYPE_CHECKING:
     from composer_model import ComposerModel
@@ -304,7 +303,7 @@ class SFTPhaseConfig(PhaseConfig):
         "names (composer_rl.tasks.invented): names no other context holds, so only copying "
         "them from the instruction gets them right; 0: none",
     )
-    invented_names: NameKind = Field(
+    invented_names: Literal["syllables", "words"] = Field(
         default="syllables",
         description="how the invented names are made: syllable strings no language has "
         "(poncelis), or common words no task uses (lantern); held-out names are words",

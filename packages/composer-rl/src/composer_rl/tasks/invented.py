@@ -14,6 +14,7 @@ so no held-out task, name or parameter is touched.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import keyword
 import random
 import sys
@@ -99,8 +100,25 @@ copied syllable names at 0.88 and held-out words at 0.50 (docs/rl/2026-12-04-hel
 names.md): a word is tokens the corpus and the training names also hold, so recall competes
 with copying on it, as it does on a held-out name."""
 
-NameKind = Literal["syllables", "words"]
-"""How invented names are made: syllable strings, or words of `WORDS`."""
+VALIDATION_EVERY_WORD = 4
+"""One word in this many (by a hash of the word) names only validation tasks."""
+
+
+def _word_for_validation(word: str) -> bool:
+    digest = hashlib.sha256(f"validation-word:{word}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % VALIDATION_EVERY_WORD == 0
+
+
+VALIDATION_WORDS = tuple(w for w in WORDS if _word_for_validation(w))
+"""The words `validation_words` tasks are named with, and no demonstration: a proxy named
+with words a demonstration used would measure recall again, as held-out must not."""
+
+TRAINING_WORDS = tuple(w for w in WORDS if not _word_for_validation(w))
+"""The words demonstrations are named with (`sft.invented_names = "words"`)."""
+
+NameKind = Literal["syllables", "words", "validation_words"]
+"""How invented names are made: syllable strings, or words of `TRAINING_WORDS` or of
+`VALIDATION_WORDS`."""
 
 TASK_NAMES = frozenset(name.lower() for pool in (*POOLS.values(), FLAGS, CLASSES) for name in pool)
 """Every name the task suite uses, in either split: never invented."""
@@ -111,11 +129,13 @@ _RESERVED = frozenset(
 
 
 def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
-    """A lower-case identifier (two to four syllables, or a word of `WORDS`) that no task,
+    """A lower-case identifier (two to four syllables, or a word of `kind`'s half of `WORDS`) that no task,
     keyword, builtin or standard-library module uses."""
     while True:
         if kind == "words":
-            name = rng.choice(WORDS)
+            name = rng.choice(TRAINING_WORDS)
+        elif kind == "validation_words":
+            name = rng.choice(VALIDATION_WORDS)
         else:
             name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
         if name not in TASK_NAMES and name not in _RESERVED:
@@ -200,6 +220,8 @@ def invented_name_tasks(
 __all__ = [
     "SYLLABLES",
     "TASK_NAMES",
+    "TRAINING_WORDS",
+    "VALIDATION_WORDS",
     "WORDS",
     "NameKind",
     "invented_name",
