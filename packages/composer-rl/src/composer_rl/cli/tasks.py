@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from composer_rl.errors import ConfigError
+from composer_rl.progress import StepProgress
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,20 +69,26 @@ def list_tasks(args: argparse.Namespace) -> int:
             table.add_column(column, justify="right")
     everything = []
     totals = Counter[str]()
-    for t in BUILTIN_TEMPLATES:
-        train, heldout = list(t.tasks(Split.TRAIN)), list(t.tasks(Split.HELDOUT))
-        everything += train + heldout
-        totals.update(train=len(train), heldout=len(heldout))
-        m = medians(train + heldout)
-        table.add_row(
-            t.name,
-            t.category.value,
-            str(t.difficulty),
-            str(len(train)),
-            str(len(heldout)),
-            f"{m.changed_lines:g}",
-            f"{m.description_chars:g}",
-        )
+    # Building every task of both splits takes from half a minute to minutes: progress goes
+    # to stderr (lines when it is no terminal), so the table on stdout stays what it was.
+    with StepProgress(
+        "tasks list", len(BUILTIN_TEMPLATES), unit="templates", stream=sys.stderr
+    ) as progress:
+        for t in BUILTIN_TEMPLATES:
+            train, heldout = list(t.tasks(Split.TRAIN)), list(t.tasks(Split.HELDOUT))
+            everything += train + heldout
+            totals.update(train=len(train), heldout=len(heldout))
+            m = medians(train + heldout)
+            table.add_row(
+                t.name,
+                t.category.value,
+                str(t.difficulty),
+                str(len(train)),
+                str(len(heldout)),
+                f"{m.changed_lines:g}",
+                f"{m.description_chars:g}",
+            )
+            progress.update(advance=1, info=t.name)
     table.add_section()
     m = medians(everything)
     table.add_row(
