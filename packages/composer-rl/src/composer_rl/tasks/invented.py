@@ -5,8 +5,10 @@ The SFT policy of 2026-12-03 guessed the first token of a name it had just read 
 of demonstrations, recalling a name that often goes with the words around it is cheaper
 to learn than copying it, and a held-out task, whose names no training task uses, then
 fails at its first path. A training task's template rendered again with names made up for
-it (syllables, never a name of the task vocabulary of either split) gives a demonstration
-in which recall cannot help: the name was never seen before this context. Everything else
+it (syllables, or common words: never a name of the task vocabulary of either split) gives
+a demonstration in which recall cannot help: the name was never seen as a name before this
+context. Held-out names are words, so words are the kind that measures what held-out will
+(docs/rl/2026-12-04-word-names.md). Everything else
 (the template, its other parameters, the oracle, the hidden tests) is the training task's,
 so no held-out task, name or parameter is touched.
 """
