@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 from test_tasks_visible import check_visible
 
-from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, Template
+from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, Template, invented
 from composer_rl.tasks.grading import grade_files
 from composer_rl.tasks.invented import (
     _RESERVED,
@@ -151,3 +152,37 @@ def test_stage_one_takes_the_kind_of_invented_names_and_refuses_others() -> None
     fields["sft"]["invented_names"] = "klingon"
     with pytest.raises(ValidationError, match="syllables"):
         Stage1Config.model_validate(fields)
+
+
+def test_the_invented_demonstrations_are_replayed_when_their_names_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache of invented-name demonstrations is keyed by the tasks drawn: the same
+    settings reuse it, other names (words for syllables, a changed word list) replay it."""
+    from composer_model import ComposerTokenizer
+    from composer_rl.agent.quick import random_checkpoint
+    from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.sft import invented_demonstrations
+
+    tokenizer = ComposerTokenizer.from_file(random_checkpoint(tmp_path / "m") / "tokenizer.json")
+    fields = Stage1Config().model_dump()
+    fields["sft"].update(
+        invented_name_tasks=2, max_tasks=len(BUILTIN_TEMPLATES), summary_every=0,
+        demonstration_workers=1,
+    )  # fmt: skip
+    config = Stage1Config.model_validate(fields)
+    first = invented_demonstrations(tmp_path, config, tokenizer, show_progress=False)
+    cache = tmp_path / "sft_invented_tokens.pt"
+    written = cache.stat().st_mtime_ns
+    assert len(first["tasks"]) == 2 and len(first["ids"]) == 2
+    again = invented_demonstrations(tmp_path, config, tokenizer, show_progress=False)
+    assert again["tasks"] == first["tasks"] and cache.stat().st_mtime_ns == written
+    fields["sft"]["invented_names"] = "words"
+    words = Stage1Config.model_validate(fields)
+    replayed = invented_demonstrations(tmp_path, words, tokenizer, show_progress=False)
+    assert set(replayed["tasks"]).isdisjoint(first["tasks"])
+    assert cache.stat().st_mtime_ns != written
+    # the same settings with another word list (an edit of `WORDS`) are other demonstrations
+    monkeypatch.setattr(invented, "TRAINING_WORDS", invented.TRAINING_WORDS[::-1])
+    other = invented_demonstrations(tmp_path, words, tokenizer, show_progress=False)
+    assert set(other["tasks"]).isdisjoint(replayed["tasks"])

@@ -148,27 +148,27 @@ def invented_demonstrations(
     root: Path, config: Stage1Config, tokenizer: ComposerTokenizer, show_progress: Show = True
 ) -> dict[str, Any]:
     """Demonstrations of `config.sft.invented_name_tasks` training tasks rendered with
-    invented names, cached apart from the others (`sft_invented_tokens.pt`, keyed by every
-    setting they depend on) so that changing the count replays only these."""
+    invented names, cached apart from the others (`sft_invented_tokens.pt`) so that changing
+    the count replays only these. The cache is keyed by the ids of the tasks drawn (an id is a
+    hash of the template and every parameter, names included) and the settings of their
+    playing, so a changed word list, template or seed replays them rather than reusing
+    demonstrations of other names."""
+    if not config.sft.invented_name_tasks:
+        return {"ids": [], "masks": [], "tasks": []}
+    train_tasks, _ = demonstration_tasks(config)
+    tasks = invented_name_tasks(
+        train_tasks, config.sft.invented_name_tasks, config.sft.seed, config.sft.invented_names
+    )
     key = {
-        "count": config.sft.invented_name_tasks,
-        "names": config.sft.invented_names,
+        "tasks": [t.id for t in tasks],
         "mix": config.sft.demonstrations.model_dump(),
-        "seed": config.sft.seed,
-        "drawn_from": config.sft.max_tasks,
         "summary_every": config.sft.summary_every,
     }
-    if not key["count"]:
-        return {"ids": [], "masks": [], "tasks": []}
     cache = root / "sft_invented_tokens.pt"
     if cache.is_file():
         cached = dict(torch.load(cache, weights_only=False))
         if cached.get("key") == key:
             return cached
-    train_tasks, _ = demonstration_tasks(config)
-    tasks = invented_name_tasks(
-        train_tasks, config.sft.invented_name_tasks, config.sft.seed, config.sft.invented_names
-    )
     ids, masks, kinds = demonstrations(
         tasks,
         tokenizer,
