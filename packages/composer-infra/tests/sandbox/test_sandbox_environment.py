@@ -60,3 +60,17 @@ def test_owned_work_dir_is_removed() -> None:
     assert service.call(sid, "run", {"command": "true"}).ok
     service.shutdown()
     assert not work_dir.exists()
+
+
+def test_an_episode_may_name_another_backend_and_stats_count_it(tmp_path: Path) -> None:
+    config = EnvironmentConfig(warm_sandboxes=1, work_dir=tmp_path / "run", sandbox=TEST_CONFIG)
+    with EnvironmentService(config) as service:
+        own = service.open(CALC_TASK, "bwrap")  # the service's own backend: from the pool
+        other = service.open(CALC_TASK, "bwrap-per-command")  # started for this episode
+        assert service.sandbox(own).backend.name == "bwrap"
+        assert service.sandbox(other).backend.name == "bwrap-per-command"
+        assert all(service.call(sid, "run", {"command": "true"}).ok for sid in (own, other))
+        service.close(own)
+        stats = service.stats()
+        assert (stats["opened"], stats["closed"], stats["calls"]) == (2, 1, 2)
+        assert stats["open"] == [other] and stats["work_dir"] == str(tmp_path / "run")

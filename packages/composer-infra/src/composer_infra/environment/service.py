@@ -1,9 +1,11 @@
 """The environments service of the report: sandboxes for many episodes at once.
 
-A plain class (the orchestrator runs it as a Ray actor). Episodes are addressed by
-sandbox id; tool calls of different sandboxes run concurrently on a thread pool
-(a sandbox serialises its own calls), and nothing a call does raises into the
-caller: an unknown sandbox or a broken one comes back as an error result.
+A plain class (the orchestrator runs it as a Ray actor, on whichever node holds the
+sandboxes: the report's CPU regions, apart from inference). Episodes are addressed by
+sandbox id, so nothing but ids, tool calls and results crosses to the episode's process;
+tool calls of different sandboxes run concurrently (on a thread pool here, or on the
+actor's threads), a sandbox serialises its own calls, and nothing a call does raises into
+the caller: an unknown sandbox or a broken one comes back as an error result.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class EnvironmentService:
         )
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = threading.Lock()
+        self._counts = {"opened": 0, "calls": 0, "closed": 0}
         self.pool = SandboxPool(
             self.backend,
             self.config.sandbox,
@@ -93,6 +96,7 @@ class EnvironmentService:
     def _add(self, sandbox: Sandbox) -> str:
         with self._lock:
             self._sandboxes[sandbox.id] = sandbox
+            self._counts["opened"] += 1
         return sandbox.id
 
     def _get(self, sandbox_id: str) -> Sandbox:
@@ -102,15 +106,30 @@ class EnvironmentService:
             raise KeyError(f"no open sandbox {sandbox_id!r} in this environment service")
         return sandbox
 
-    def open(self, task: Task) -> str:
-        """Start an episode's sandbox; returns its id."""
-        return self._add(self.pool.acquire(task))
+    def open(self, task: Task, backend: str | None = None) -> str:
+        """Start an episode's sandbox; returns its id.
+
+        `backend` (looked up in this service's registry) is for a caller whose episodes
+        name their own backend; None, or the service's own, takes one from the warm pool.
+        """
+        if backend is None or backend == self.backend.name:
+            return self._add(self.pool.acquire(task))
+        return self._add(
+            Sandbox.create(
+                task,
+                self.registry.get(backend),
+                config=self.config.sandbox,
+                work_dir=self.work_dir,
+            )
+        )
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         return self._get(sandbox_id)
 
     def call(self, sandbox_id: str, tool: str, arguments: Any = None) -> ToolResult:
         """One tool call. Never raises: an unknown id or a failing backend is an error result."""
+        with self._lock:
+            self._counts["calls"] += 1
         try:
             sandbox = self._get(sandbox_id)
         except KeyError as exc:
@@ -149,6 +168,8 @@ class EnvironmentService:
     def close(self, sandbox_id: str) -> None:
         with self._lock:
             sandbox = self._sandboxes.pop(sandbox_id, None)
+            if sandbox is not None:
+                self._counts["closed"] += 1
         if sandbox is not None:
             sandbox.close()
 
@@ -156,6 +177,13 @@ class EnvironmentService:
     def open_sandboxes(self) -> list[str]:
         with self._lock:
             return list(self._sandboxes)
+
+    def stats(self) -> dict[str, Any]:
+        """Sandboxes opened (forks and restores too) and closed, tool calls served, the
+        ids open now and the work directory: what shows, from outside the service's
+        process, that episodes' sandboxes lived here."""
+        with self._lock:
+            return {**self._counts, "open": list(self._sandboxes), "work_dir": str(self.work_dir)}
 
     def shutdown(self) -> None:
         """Close every sandbox and the pool; delete the work directory if we made it.

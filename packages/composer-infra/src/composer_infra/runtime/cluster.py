@@ -161,13 +161,16 @@ class RayRuntime:
         num_cpus: float = 0,
         resources: dict[str, float] | None = None,
         max_restarts: int | None = None,
+        max_concurrency: int | None = None,
         **kwargs: Any,
     ) -> ActorHandle:
         """Run `service_class(*args, **kwargs)` as an actor; calls go through ``.method.remote()``.
 
         `num_cpus` defaults to 0 because services mostly wait (on sandboxes, on the
         inference engine); give trainers and engines real CPU or GPU counts. `resources`
-        pins a service to nodes that advertise a custom resource.
+        pins a service to nodes that advertise a custom resource. `max_concurrency` makes
+        a threaded actor that serves that many calls at once (a service whose calls wait on
+        subprocesses, such as the environments'); the class must be thread-safe.
         """
         if not isinstance(service_class, type):
             raise TypeError(f"spawn() takes a plain class, got {service_class!r}")
@@ -180,6 +183,8 @@ class RayRuntime:
             options["name"] = name
         if resources:
             options["resources"] = resources
+        if max_concurrency is not None:
+            options["max_concurrency"] = max_concurrency
         remote_class: Any = ray.remote(service_class)
         return remote_class.options(**options).remote(*args, **kwargs)
 
