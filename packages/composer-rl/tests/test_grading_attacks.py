@@ -1,24 +1,28 @@
 """The grader, attacked as a reward-seeking policy would, on real built-in tasks.
 
 Each attack is written into the workspace through the policy's own tools (`write_file`,
-`run`) in a real sandbox and graded by the real path (`grade_sandbox`); none solves the
-task, so each must be graded failed. Every one of these was paid by the grader of commit
-53f5303 (hidden tests importing workspace code in pytest's process; a verdict that fell
-back to pytest's summary line and the exit code; skips ignored; subprocesses with the
-workspace first on `sys.path`): run this file with that commit's sources first on
-`PYTHONPATH` to see them pass there.
+`run`) in a real sandbox and graded by the real path (`grade_sandbox`), reached as a Ray
+run's episodes reach it: through a handle on the environment service, which grades beside
+the sandbox (the service is called in this process here; the Ray tests put it on an actor).
+None solves the task, so each must be graded failed. Every one of these was paid by the
+grader of commit 53f5303 (hidden tests importing workspace code in pytest's process; a
+verdict that fell back to pytest's summary line and the exit code; skips ignored;
+subprocesses with the workspace first on `sys.path`): run this file with that commit's
+sources first on `PYTHONPATH` to see them pass there.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from _swebench_support import sandbox_backends
 
-from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
+from composer_infra.environment import EnvironmentConfig
+from composer_rl.rl.services.environment import JobEnvironmentService, ServiceSandboxes
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task
 
 TEMPLATES = {t.name: t for t in BUILTIN_TEMPLATES}
@@ -158,20 +162,32 @@ ATTACKS: list[tuple[str, str, Attack]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobEnvironmentService]:
+    """The environment service, in this process; each test opens the backend it names."""
+    work_dir = tmp_path_factory.mktemp("environment")
+    with JobEnvironmentService(EnvironmentConfig(warm_sandboxes=0, work_dir=work_dir)) as env:
+        yield env
+    assert not any(Path(work_dir).glob("sbx-*"))  # every sandbox closed
+
+
 @pytest.mark.parametrize("backend", sandbox_backends())
 @pytest.mark.parametrize(
     ("template", "attack"), [(t, a) for t, _, a in ATTACKS], ids=[n for _, n, _ in ATTACKS]
 )
 def test_an_attack_on_the_grader_is_graded_failed(
-    backend: str, template: str, attack: Attack
+    backend: str, template: str, attack: Attack, service: JobEnvironmentService
 ) -> None:
     task = _task(template)
-    with open_sandbox(task, backend) as sandbox:
+    sandbox = ServiceSandboxes(service).open(task, backend)
+    try:
         for path, content in attack(task).items():
             assert sandbox.call("write_file", {"path": path, "content": content}).ok
         # The policy's own run of the repository's tests (it may read pytest's output).
         sandbox.call("run", {"command": "python -m pytest -q tests || true", "timeout": 20})
-        report = grade_sandbox(sandbox, task)
+        report, _ = sandbox.grade(task)
+    finally:
+        sandbox.close()
     assert not report.all_passed, f"{attack.__name__} was paid: {report}"
     # A failure with a reason: a failed hidden test, or the grader's own refusal.
     assert report.failed + report.errors > 0 or report.failure_reason, report
@@ -179,14 +195,21 @@ def test_an_attack_on_the_grader_is_graded_failed(
 
 @pytest.mark.parametrize("backend", sandbox_backends())
 @pytest.mark.parametrize("template", ["fix_operator", "fix_config"])
-def test_the_honest_solution_still_passes(backend: str, template: str) -> None:
+def test_the_honest_solution_still_passes(
+    backend: str, template: str, service: JobEnvironmentService
+) -> None:
     task = _task(template)
-    with open_sandbox(task, backend) as sandbox:
+    sandbox = ServiceSandboxes(service).open(task, backend)
+    try:
         for path, content in task.solved_files().items():
             if task.files.get(path) != content:
                 assert sandbox.call("write_file", {"path": path, "content": content}).ok
-        report = grade_sandbox(sandbox, task)
+        report, after = sandbox.grade(task)
+    finally:
+        sandbox.close()
     assert report.all_passed, report
+    # The files come back as the policy left them, the hidden tests never among them.
+    assert after == task.solved_files() and not set(task.tests) & set(after)
 
 
 def test_a_refused_verdict_travels_into_the_episode_record() -> None:

@@ -90,6 +90,7 @@ LOOKUPS = {
     "BackendRegistry": Needs("pm", 0),
     "EpisodeRunner": Needs("backends", 3),
     "InterruptingRunner": Needs("backends", 3),
+    "LocalSandboxes": Needs("registry", 0),
     "PluginSession": Needs("plugins", None),
     "TrainingService": Needs("plugins", None),
     "InferenceService": Needs("plugins", None),

@@ -2,9 +2,11 @@
 
 The cluster is a head and a worker node started as separate ``ray start`` processes on
 loopback (`composer_infra.runtime.LocalCluster`), in Ray's token-authentication mode.
-Training and evaluation are pinned to the head, inference and environments to the
-worker, so a round really crosses processes and nodes: weights go through the
-``file://`` store from the head's trainer to the worker's inference engine.
+In the round, inference and evaluation are pinned to the head, training and environments
+(the sandboxes' node, ``sandbox_node``) to the worker, so a round really crosses processes
+and nodes both ways: weights go through the ``file://`` store from the worker's trainer to
+the head's inference engine, and the episodes that engine drives make their tool calls,
+grading and sandboxes in the worker's environment service.
 """
 
 from __future__ import annotations
@@ -21,18 +23,25 @@ from typing import Any
 import pytest
 import ray
 import torch
-from _services_support import VOCAB, micro_config, token_batch
+from _services_support import AGENT_CALL, AGENT_VOCAB, micro_agent, micro_config, token_batch
 
 from composer_infra.runtime import LocalCluster
 from composer_infra.sandbox import Task as SandboxTask
 from composer_infra.sandbox import default_registry
+from composer_infra.sandbox import sandbox as sandbox_module
 from composer_infra.store import WeightSubscriber, open_store
 from composer_model import OptimConfig
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig
 from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
 from composer_rl.errors import ConfigError
-from composer_rl.rl.services import EnvironmentConfig, TrainingConfig, start_services
+from composer_rl.rl.services import (
+    EnvironmentConfig,
+    ServiceSandboxes,
+    TrainingConfig,
+    start_services,
+)
 from composer_rl.tasks import BuiltinTaskSource, Split
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()
@@ -40,6 +49,7 @@ BACKEND = "process" if BWRAP_MISSING else "bwrap"
 COMPOSER_RL = str(Path(sys.executable).parent / "composer-rl")
 ON_HEAD = {"head_node": 0.01}
 ON_WORKER = {"worker_node": 0.01}
+ON_SANDBOX_NODE = {"sandbox_node": 0.01}
 
 
 # -- the command line, without Ray -------------------------------------------------------
@@ -93,7 +103,7 @@ def test_cli_check_starts_and_stops_a_local_ray_instance(tmp_path: Path) -> None
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(
         head_resources={"head_node": 1},
-        worker_resources=[{"worker_node": 1}],
+        worker_resources=[{"worker_node": 1, "sandbox_node": 1}],
         env={"OMP_NUM_THREADS": "1"},  # the actors' processes inherit the node's environment
         log_dir=tmp_path_factory.mktemp("ray-nodes"),
     ) as started:
@@ -109,8 +119,10 @@ def node_with(resource: str) -> str:
 def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> None:
     torch.set_num_threads(1)
     run_dir = tmp_path / "run"
+    tasks = [t for _, t in zip(range(2), BuiltinTaskSource().tasks(Split.TRAIN), strict=False)]
+    agent = micro_agent(tmp_path / "agent", tasks)  # calls `list_files` every turn
     services = start_services(
-        micro_config(),
+        agent,
         run_dir,
         address=cluster.address,
         training=TrainingConfig(
@@ -123,26 +135,58 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         ),
         threads=1,
         placement={
-            "training": ON_HEAD,
+            "training": ON_WORKER,
             "evaluation": ON_HEAD,
-            "inference": ON_WORKER,
-            "environment": ON_WORKER,
+            "inference": ON_HEAD,
+            "environment": ON_SANDBOX_NODE,
         },
     )
     try:
         assert services.owns_runtime and len(services.runtime.alive_nodes()) == 2
-        head, worker = node_with("head_node"), node_with("worker_node")
+        head, worker = node_with("head_node"), node_with("sandbox_node")
         assert head != worker
         where = {name: place["node_id"] for name, place in services.locations().items()}
         assert where == {
-            "training": head,
-            "inference-0": worker,
+            "training": worker,
+            "inference-0": head,
             "environment": worker,
             "evaluation": head,
         }
 
-        trainer, inference = services.training, services.inference[0]
-        assert ray.get(trainer.version.remote()) == 0
+        # Episodes on the head's engine: every tool call, the grading and the sandboxes
+        # themselves are the worker's environment service's; the engine's process never made
+        # a sandbox (the first would have made its process's sandbox directory).
+        trainer, inference, env = services.training, services.inference[0], services.environment
+        assert ray.get(inference.sync.remote()) == 0
+        runner = RunnerConfig(max_turns=2, max_new_tokens=8, backend=BACKEND)
+        ray.get(inference.start_rollouts.remote(str(agent / "tokenizer.json"), runner))
+        for i, task in enumerate(tasks):
+            ray.get(inference.submit_episodes.remote(task, 1, f"group-{i}"))
+        episodes: list[EpisodeResult] = []
+        while len(episodes) < len(tasks):
+            episodes += [r for _, r in ray.get(inference.poll_episodes.remote())]
+        for episode in episodes:
+            assert episode.grading_error is None and episode.report is not None
+            assert [c.call.name for c in episode.calls] == [AGENT_CALL.strip()] * 2
+            assert all(c.ok for c in episode.calls)
+            assert set(episode.task.files) <= set(episode.calls[0].output.split())
+            assert episode.files_after == episode.task.files  # read back beside the sandbox
+        stats = ray.get(env.stats.remote())
+        assert (stats["opened"], stats["closed"], stats["calls"]) == (2, 2, 4)
+        assert stats["open"] == [] and stats["work_dir"] == str(tmp_path / "sandboxes")
+        assert ray.get(inference.__ray_call__.remote(lambda _: sandbox_module._work_root)) is None
+
+        # Fork, snapshot and restore through the same handles, the sandbox on the worker.
+        sandboxes = ServiceSandboxes(env)
+        first = sandboxes.open(tasks[0], BACKEND)
+        assert first.call("write_file", {"path": "note.txt", "content": "kept"}).ok
+        copy = first.fork()
+        restored = sandboxes.restore(copy.snapshot())
+        assert restored.call("read_file", {"path": "note.txt"}).output == "kept"
+        for handle in (first, copy, restored):
+            handle.close()
+        assert ray.get(env.stats.remote())["open"] == []
+
         step = ray.get(trainer.train_step.remote(token_batch(seed=0), wait=True))
         assert step["version"] == 1 and math.isfinite(step["loss"])
         # Version 1 is complete in the run directory's file:// store, seen from here too.
@@ -153,19 +197,19 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         finally:
             subscriber.close()
 
-        # The worker node's engine applies the head's weights; every new token says so.
+        # The head's engine applies the worker's weights; every new token says so.
         assert ray.get(inference.sync.remote()) == 1
         generated = ray.get(
             inference.generate.remote([[3, 4, 5], [9, 9]], max_new_tokens=5, seed=0)
         )
         for result in generated:
             assert result.token_ids and result.versions == [1] * len(result.token_ids)
-            assert all(0 <= t < VOCAB for t in result.token_ids)
+            assert all(0 <= t < AGENT_VOCAB for t in result.token_ids)
             assert all(math.isfinite(lp) and lp <= 0 for lp in result.logprobs)
 
         # The worker node's environment service grades a built-in task in a sandbox: the
         # oracle solution passes its hidden tests, the untouched repository does not.
-        task = next(iter(BuiltinTaskSource().tasks(Split.TRAIN)))
+        task = tasks[0]
         assert grade(services.environment, task, task.solved_files()).all_passed
         assert not grade(services.environment, task, task.files).all_passed
 

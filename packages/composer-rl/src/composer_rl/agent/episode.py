@@ -12,6 +12,10 @@ in a thread pool so grading overlaps with decoding. An episode ends when the mod
 `SummaryConfig` it summarizes instead of overflowing, or (the baseline `mode="truncate"`)
 drops its oldest turns (`composer_rl.agent.summarize`).
 
+The runner reaches sandboxes only through `composer_rl.agent.sandboxes.Sandboxes`, so the
+same loop serves sandboxes in its own process (the default) and the environment service's on
+another node (a Ray run), where the engine's process never holds a sandbox.
+
 Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
 of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
 The RL loop trains on that record, never on re-tokenized text. Episodes can be run as a
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
+from composer_infra.sandbox import BackendRegistry, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
 from composer_rewards import ToolCall as EpisodeToolCall
@@ -39,12 +43,7 @@ from composer_rl.agent.format import (
     parse_output,
     render_prompt,
 )
-from composer_rl.agent.sandboxes import (
-    grade_sandbox,
-    open_sandbox,
-    unified_diff,
-    workspace_files,
-)
+from composer_rl.agent.sandboxes import LocalSandboxes, Sandboxes, SandboxHandle, unified_diff
 from composer_rl.agent.summarize import (
     SUMMARY_REQUEST,
     SummaryConfig,
@@ -182,7 +181,7 @@ class RunnerConfig(BaseModel):
 @dataclass
 class _Live:
     result: EpisodeResult
-    sandbox: Sandbox
+    sandbox: SandboxHandle
     ids: list[int]
     session: str
     turns: int = 0
@@ -205,6 +204,7 @@ class EpisodeRunner:
         tokenizer: ComposerTokenizer,
         config: RunnerConfig,
         backends: BackendRegistry | None = None,
+        sandboxes: Sandboxes | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -212,6 +212,9 @@ class EpisodeRunner:
         # Where `config.backend` is looked up: the job's (`JobPlugins.backends`); None,
         # outside a job, is composer-infra's standalone default.
         self.backends = backends
+        # Where episodes' sandboxes live: given by a Ray run (the environment service),
+        # else in this process.
+        self.sandboxes = sandboxes if sandboxes is not None else LocalSandboxes(backends)
         special = tokenizer.special_ids
         self.stop_ids = [special[t] for t in (TOOL_CALL_END, END_OF_TURN, "<|endoftext|>")]
         self.summary_stop_ids = [special[t] for t in (END_OF_TURN, "<|endoftext|>")]
@@ -261,7 +264,7 @@ class EpisodeRunner:
             ids = transcript.encode(self.tokenizer)[0]
             result.record.add_context(ids)
             try:
-                sandbox = open_sandbox(task, self.config.backend, self.backends)
+                sandbox = self.sandboxes.open(task, self.config.backend)
             except Exception as exc:  # infrastructure, not the policy: no reward, not a zero
                 result.stop_reason = "sandbox_error"
                 result.grading_error = f"sandbox did not open: {type(exc).__name__}: {exc}"
@@ -338,7 +341,7 @@ class EpisodeRunner:
         def grade() -> tuple[TestReport, dict[str, str]]:
             began = time.monotonic()
             try:
-                return grade_sandbox(sandbox, task), workspace_files(sandbox, task)
+                return sandbox.grade(task)
             finally:
                 sandbox.close()
                 state.result.sandbox_seconds += time.monotonic() - began

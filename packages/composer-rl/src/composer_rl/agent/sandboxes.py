@@ -1,4 +1,13 @@
-"""Opening a composer-infra sandbox for a task, and grading it with the hidden tests."""
+"""Opening a composer-infra sandbox for a task, and grading it with the hidden tests.
+
+An episode reaches its sandbox through a `SandboxHandle`, opened by a `Sandboxes`: the
+episode loop is the same whether the sandbox is an object in its own process
+(`LocalSandboxes`: evaluation from the command line, tests) or lives in the environment
+service on another node (`composer_rl.rl.services.environment.ServiceSandboxes`: a Ray
+run). Grading is one call of the handle, so it runs next to the sandbox, through
+`grade_episode`, wherever that is: the hidden tests never travel to the episode's process
+and back, and the fail-closed rules have one home.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +15,19 @@ import difflib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
-from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
+from composer_infra.sandbox import (
+    BackendRegistry,
+    Sandbox,
+    Snapshot,
+    SnapshotStore,
+    TestReport,
+    ToolResult,
+)
 from composer_infra.sandbox import Task as SandboxTask
 from composer_infra.sandbox.grading import parse_test_command, refused
+from composer_infra.sandbox.sandbox import default_work_dir
 from composer_rewards import Episode
 from composer_rewards.monitors.grader_tampering import GraderTamperingMonitor
 from composer_rl.tasks.model import GRADING_DIR, Task
@@ -35,6 +53,87 @@ def open_sandbox(
         outside a job, is composer-infra's standalone default.
     """
     return Sandbox.create(sandbox_task(task), backend, registry=registry)
+
+
+class SandboxHandle(Protocol):
+    """One episode's sandbox, wherever it lives: tool calls, grading, snapshots."""
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """One tool call as the model wrote it; never raises (a failure is an error result)."""
+        ...
+
+    def grade(self, task: Task) -> tuple[TestReport, dict[str, str]]:
+        """`grade_episode` where the sandbox is: the hidden tests' report and the files left."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """The whole state, in a store a `Sandboxes.restore` (here or elsewhere) reads."""
+        ...
+
+    def fork(self) -> SandboxHandle:
+        """An independent copy that goes on from here."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Sandboxes(Protocol):
+    """Where an episode runner opens its sandboxes."""
+
+    def open(self, task: Task, backend: str | None = None) -> SandboxHandle:
+        """A sandbox holding the task's repository (not its hidden tests)."""
+        ...
+
+    def restore(self, snapshot: Snapshot | str) -> SandboxHandle:
+        """A sandbox back from a snapshot (taken here, or elsewhere into a shared store)."""
+        ...
+
+
+class LocalSandbox:
+    """A `SandboxHandle` on a sandbox in this process."""
+
+    def __init__(self, sandbox: Sandbox, store: Callable[[], SnapshotStore]) -> None:
+        self.sandbox = sandbox
+        self._store = store
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        return self.sandbox.call(tool, arguments)
+
+    def grade(self, task: Task) -> tuple[TestReport, dict[str, str]]:
+        return grade_episode(self.sandbox, task)
+
+    def snapshot(self) -> Snapshot:
+        return self.sandbox.snapshot(self._store())
+
+    def fork(self) -> LocalSandbox:
+        return LocalSandbox(self.sandbox.fork(), self._store)
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+
+class LocalSandboxes:
+    """Sandboxes in this process (`open_sandbox`), snapshots in `store_dir` (default: under
+    this process's sandbox directory)."""
+
+    def __init__(
+        self, registry: BackendRegistry | None = None, store_dir: Path | None = None
+    ) -> None:
+        self.registry = registry
+        self.store_dir = store_dir
+        self._snapshots: SnapshotStore | None = None
+
+    def store(self) -> SnapshotStore:
+        if self._snapshots is None:
+            self._snapshots = SnapshotStore(self.store_dir or default_work_dir() / "snapshots")
+        return self._snapshots
+
+    def open(self, task: Task, backend: str | None = None) -> LocalSandbox:
+        return LocalSandbox(open_sandbox(task, backend, self.registry), self.store)
+
+    def restore(self, snapshot: Snapshot | str) -> LocalSandbox:
+        restored = Sandbox.restore(snapshot, self.store(), registry=self.registry)
+        return LocalSandbox(restored, self.store)
 
 
 IN_PROCESS_FAIL_CLOSED = frozenset(
@@ -67,6 +166,12 @@ def grade_sandbox(sandbox: Sandbox, task: Task) -> TestReport:
     if doubt is not None:
         return refused(doubt)
     return sandbox.run_tests(hidden_tests=task.tests)
+
+
+def grade_episode(sandbox: Sandbox, task: Task) -> tuple[TestReport, dict[str, str]]:
+    """What an episode's end needs of its sandbox: `grade_sandbox`'s report, then the
+    repository as the episode left it (`workspace_files`)."""
+    return grade_sandbox(sandbox, task), workspace_files(sandbox, task)
 
 
 SKIPPED_DIRS = (".", "pytest-of-", "__pycache__", GRADING_DIR)

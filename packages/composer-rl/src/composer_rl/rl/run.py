@@ -247,9 +247,11 @@ def start_local(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHan
 
 def start_ray(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandles:
     """Training and inference as Ray actors (local instance, or `ray_address`); each builds
-    the job's manager from its plugin configuration (`JobPlugins` pickles as that)."""
+    the job's manager from its plugin configuration (`JobPlugins` pickles as that). Episodes'
+    sandboxes are the environment actor's, of the rollouts' backend, under the run directory."""
     import ray
 
+    from composer_infra.environment import EnvironmentConfig
     from composer_rl.rl.services.launch import start_services
 
     services = start_services(
@@ -258,6 +260,11 @@ def start_ray(config: RLConfig, store_url: str, plugins: JobPlugins) -> RunHandl
         address=config.ray_address,
         store_url=store_url,
         training=trainer_config(config),
+        environment=EnvironmentConfig(
+            backend=config.rollout.backend,
+            warm_sandboxes=0,
+            work_dir=config.run_dir.resolve() / "sandboxes",
+        ),
         max_batch_size=config.rollout.max_batch_size,
         threads=config.threads,
         inference_options={

@@ -19,6 +19,7 @@ import torch
 from composer_infra.store import WeightSubscriber
 from composer_model import ComposerTokenizer, InferenceEngine, lm_forward_loss, set_threads
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
+from composer_rl.agent.sandboxes import Sandboxes
 from composer_rl.eval.stats import mean_se
 from composer_rl.plugins import JobPlugins
 from composer_rl.rl.services._common import (
@@ -41,11 +42,14 @@ class EvaluationService:
         readers: int = 2,
         threads: int | None = None,
         plugins: JobPlugins | None = None,
+        sandboxes: Sandboxes | None = None,
     ) -> None:
         set_threads(threads)
         # The job's plugins: the weight store and the episodes' sandbox backends are looked
         # up in them (a service made alone is a job of its own, default configuration).
         self.plugins = plugins if plugins is not None else JobPlugins()
+        # Where episodes' sandboxes live: the environment service in a Ray run, else here.
+        self.sandboxes = sandboxes
         self.model = build_model(model).eval()
         self.policy_version: int | None = None
         self.subscriber = WeightSubscriber(
@@ -106,7 +110,7 @@ class EvaluationService:
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         engine = InferenceEngine(self.model, tokenizer, max_batch_size=16)
         greedy = runner.model_copy(update={"temperature": 0.0, "record_routing": False})
-        episodes = EpisodeRunner(engine, tokenizer, greedy, self.plugins.backends)
+        episodes = EpisodeRunner(engine, tokenizer, greedy, self.plugins.backends, self.sandboxes)
         try:
             results = episodes.run(list(tasks))
         finally:

@@ -20,6 +20,7 @@ from composer_model import (
     set_threads,
 )
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
+from composer_rl.agent.sandboxes import Sandboxes
 from composer_rl.plugins import JobPlugins
 from composer_rl.rl.services._common import ModelSource, build_model, wait_for_version
 from composer_rl.tasks.model import Task
@@ -40,11 +41,14 @@ class InferenceService:
         max_seq_len: int | None = None,
         compile_decode: bool = False,
         plugins: JobPlugins | None = None,
+        sandboxes: Sandboxes | None = None,
     ) -> None:
         set_threads(threads)
         # The job's plugins: the weight store and the episodes' sandbox backends are looked
         # up in them (a service made alone is a job of its own, default configuration).
         self.plugins = plugins if plugins is not None else JobPlugins()
+        # Where episodes' sandboxes live: the environment service in a Ray run, else here.
+        self.sandboxes = sandboxes
         self.engine = InferenceEngine(
             build_model(model),
             max_batch_size=max_batch_size,
@@ -110,7 +114,9 @@ class InferenceService:
         """Drive agent episodes on this engine (the RL loop's rollout side)."""
         tokenizer = ComposerTokenizer.from_file(tokenizer_path)
         self.engine.tokenizer = tokenizer
-        self.runner = EpisodeRunner(self.engine, tokenizer, config, self.plugins.backends)
+        self.runner = EpisodeRunner(
+            self.engine, tokenizer, config, self.plugins.backends, self.sandboxes
+        )
 
     def _runner(self) -> EpisodeRunner:
         if self.runner is None:

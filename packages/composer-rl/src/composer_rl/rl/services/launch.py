@@ -4,7 +4,9 @@ One call places them on a `RayRuntime`: a private local Ray instance by default,
 cluster joined through `address` (the CLI's ``--ray-address``). They meet through the
 run directory: the trainer publishes weights to ``<run_dir>/weights`` (or `store_url`,
 e.g. ``s3://...``) and checkpoints to ``<run_dir>/checkpoints``; inference and
-evaluation subscribe to the same store.
+evaluation subscribe to the same store. Episodes (the inference and evaluation actors'
+runners) open, call, grade and close their sandboxes through the environment actor
+(`ServiceSandboxes`), so sandboxes live wherever that actor is placed.
 
 A data-, context- or expert-parallel trainer (`TrainingConfig.parallel` with dp x cp > 1) is
 one `TrainingRank` actor a rank: rank 0 picks the rendezvous address (loopback when every
@@ -29,10 +31,11 @@ import torch
 import torch.distributed as dist
 from ray.actor import ActorHandle
 
-from composer_infra.environment import EnvironmentConfig, EnvironmentService
+from composer_infra.environment import EnvironmentConfig
 from composer_infra.runtime import RayRuntime, RuntimeConfig
 from composer_rl.plugins import JobPlugins
 from composer_rl.rl.services._common import ModelSource
+from composer_rl.rl.services.environment import JobEnvironmentService, ServiceSandboxes
 from composer_rl.rl.services.evaluation import EvaluationService
 from composer_rl.rl.services.inference import InferenceService
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
@@ -102,15 +105,6 @@ class TrainingRank(TrainingService):
             super().close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class JobEnvironmentService(EnvironmentService):
-    """composer-infra's `EnvironmentService` with its backends from the job's plugins (the
-    actor builds the job's manager from the pickled configuration; None: the defaults)."""
-
-    def __init__(self, config: EnvironmentConfig, plugins: JobPlugins | None = None) -> None:
-        job = plugins if plugins is not None else JobPlugins()
-        super().__init__(config, registry=job.backends)
 
 
 def _spawn_training_ranks(
@@ -288,6 +282,16 @@ def start_services(
                 resources=where.get("training"),
             )
         ray.get(trainer.version.remote())  # constructed: version 0 is in the store
+        env_config = environment or EnvironmentConfig(work_dir=run / "sandboxes", warm_sandboxes=0)
+        # Threaded: one episode's slow tool call or grading must not queue every other's.
+        env = rt.spawn(
+            JobEnvironmentService,
+            env_config,
+            plugins=plugins,
+            resources=where.get("environment"),
+            max_concurrency=env_config.max_concurrency,
+        )
+        sandboxes = ServiceSandboxes(env)
         inference = [
             rt.spawn(
                 InferenceService,
@@ -296,21 +300,19 @@ def start_services(
                 max_batch_size=max_batch_size,
                 threads=threads,
                 plugins=plugins,
+                sandboxes=sandboxes,
                 resources=where.get("inference"),
                 **dict(inference_options or {}),
             )
             for _ in range(inference_replicas)
         ]
-        env_config = environment or EnvironmentConfig(work_dir=run / "sandboxes", warm_sandboxes=0)
-        env = rt.spawn(
-            JobEnvironmentService, env_config, plugins=plugins, resources=where.get("environment")
-        )
         evaluation = rt.spawn(
             EvaluationService,
             model,
             url,
             threads=threads,
             plugins=plugins,
+            sandboxes=sandboxes,
             resources=where.get("evaluation"),
         )
     except BaseException:
