@@ -183,6 +183,10 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         copy = first.fork()
         restored = sandboxes.restore(copy.snapshot())
         assert restored.call("read_file", {"path": "note.txt"}).output == "kept"
+        homes = ray.get(
+            env.__ray_call__.remote(lambda s: [s.sandbox(i).home for i in s.open_sandboxes])
+        )
+        assert len(homes) == 3 and all(h.parent == tmp_path / "sandboxes" for h in homes)
         for handle in (first, copy, restored):
             handle.close()
         assert ray.get(env.stats.remote())["open"] == []
