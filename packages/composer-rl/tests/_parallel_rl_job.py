@@ -17,9 +17,9 @@ from typing import Any
 
 from _services_support import VOCAB, micro_config, token_batch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import OptimConfig
 from composer_parallel import init_distributed
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, train_step
 from composer_model.tokenizer import train_tokenizer
-from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.batch import pack
 from composer_rl.rl.config import load_config
 from composer_rl.rl.loss import RLLossConfig, target_logprobs
 from composer_rl.rl.run import anchor_source

@@ -12,9 +12,10 @@ in a thread pool so grading overlaps with decoding. An episode ends when the mod
 `SummaryConfig` it summarizes instead of overflowing, or (the baseline `mode="truncate"`)
 drops its oldest turns (`composer_rl.agent.summarize`).
 
-Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
-of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
-The RL loop trains on that record, never on re-tokenized text. Episodes can be run as a
+Every episode records a `Trajectory` per segment (composer-infra's, the one trajectory type
+from the engine to the trainer): exactly the tokens the engine saw, which of them the policy
+sampled, their behaviour logprobs, policy versions and expert indices. The RL loop scores,
+persists and trains on those very objects, never on re-tokenized text or a copy. Episodes can be run as a
 batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollout slots).
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_infra.checkpoint import Trajectory
 from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
 from composer_rewards import Episode, Message, TestResults, TokenCounts
@@ -78,11 +80,11 @@ class EpisodeResult:
     generated_tokens: int = 0
     report: TestReport | None = None
     files_after: dict[str, str] = field(default_factory=dict)
-    record: TokenRecord = field(default_factory=lambda: TokenRecord())
+    record: Trajectory = field(default_factory=Trajectory)
     grading_error: str | None = None  # the grader failed (infrastructure): no reward
     key: str = ""  # the submitter's label (the RL loop's group id)
     sandbox_seconds: float = 0.0  # tool calls and grading, wall-clock
-    segments: list[TokenRecord] = field(default_factory=list)  # closed by compactions
+    segments: list[Trajectory] = field(default_factory=list)  # closed by compactions
     summaries: list[str] = field(default_factory=list)
     # What each compaction carried into the condensed context beyond the task: the summary,
     # or the kept turns of a truncation (decoded), in order.
@@ -92,7 +94,7 @@ class EpisodeResult:
     compacted_after_turns: list[int] = field(default_factory=list)
 
     @property
-    def records(self) -> list[TokenRecord]:
+    def records(self) -> list[Trajectory]:
         """Every segment's token record, in order (one unless the episode's context was condensed)."""
         return [*self.segments, self.record]
 
@@ -105,46 +107,13 @@ class EpisodeResult:
         return sum(1 for c in self.calls if not c.call.ok)
 
 
-@dataclass
-class TokenRecord:
-    """The episode exactly as the engine saw it, token in and token out.
-
-    `tokens` is the whole context (prompt, the policy's tokens, tool outputs); `sampled`
-    marks the tokens the policy drew, with their behaviour logprobs and policy versions;
-    `routing` (when recorded) holds, for every token, the experts each MoE layer chose the
-    first time the engine processed it. This is what the RL trainer trains on: nothing is
-    re-tokenized.
-    """
-
-    tokens: list[int] = field(default_factory=list)
-    sampled: list[bool] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    routing: list[list[list[int]]] = field(default_factory=list)
-
-    def add_context(self, ids: list[int]) -> None:
-        self.tokens += ids
-        self.sampled += [False] * len(ids)
-        self.logprobs += [0.0] * len(ids)
-        self.versions += [-1] * len(ids)
-
-    def add_generation(self, generation: GenerationResult) -> None:
-        n = len(generation.token_ids)
-        if len(generation.logprobs) != n or len(generation.versions) != n:
-            raise RuntimeError("the engine returned per-token records that do not line up")
-        self.tokens += generation.token_ids
-        self.sampled += [True] * n
-        self.logprobs += list(generation.logprobs)
-        self.versions += list(generation.versions)
-        if generation.routing is not None:
-            # Rows for the tokens this request processed first (earlier ones were routed
-            # by the request that first saw them).
-            self.routing += generation.routing[len(self.routing) :].tolist()
-
-    @property
-    def routed_prefix(self) -> int:
-        """How many leading tokens have routing (the trailing tool output may not)."""
-        return len(self.routing)
+def record_generation(record: Trajectory, generation: GenerationResult) -> None:
+    """Append one engine answer to the segment's trajectory: its tokens as sampled, and the
+    routing of the tokens this request processed first (earlier ones were routed by the
+    request that first saw them; the engine's rows start at the context's first token)."""
+    routing = generation.routing
+    rows = None if routing is None else routing[record.routed_prefix :].tolist()
+    record.add_sampled(generation.token_ids, generation.logprobs, generation.versions, rows)
 
 
 class RunnerConfig(BaseModel):
@@ -390,7 +359,7 @@ class EpisodeRunner:
     def _condense(self, state: _Live, generation: GenerationResult) -> None:
         """The summary came back: close this segment, continue from the condensed context."""
         result = state.result
-        result.record.add_generation(generation)
+        record_generation(result.record, generation)
         text = self.tokenizer.decode(generation.token_ids)
         result.generated_tokens += len(generation.token_ids)
         result.transcript.segments.append(Segment("summary", text))
@@ -398,7 +367,7 @@ class EpisodeRunner:
         result.compactions.append(result.summaries[-1])
         result.compacted_after_turns.append(state.turns)
         result.segments.append(result.record)
-        result.record = TokenRecord()
+        result.record = Trajectory()
         prompt = condensed_prompt(
             result.task.instruction, result.summaries[-1], len(result.summaries)
         )
@@ -420,7 +389,7 @@ class EpisodeRunner:
         start = truncation_start(state.turn_starts, len(state.ids), room)
         kept = state.ids[start:]
         result.segments.append(result.record)
-        result.record = TokenRecord()
+        result.record = Trajectory()
         result.compactions.append(self.tokenizer.decode(kept))
         result.compacted_after_turns.append(state.turns)
         result.transcript.segments.append(Segment("prompt", prompt + result.compactions[-1]))
@@ -434,7 +403,7 @@ class EpisodeRunner:
             return
         result = state.result
         token_ids = generation.token_ids
-        result.record.add_generation(generation)
+        record_generation(result.record, generation)
         text = self.tokenizer.decode(token_ids)
         result.generated_tokens += len(token_ids)
         result.transcript.segments.append(Segment("tool_call", text))

@@ -27,10 +27,11 @@ from collections.abc import Sequence
 
 import torch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerModel, ModelOutput, PackedRow, StepStats, train_step
 from composer_model.training import StepInputs, layout_of, run_forward, shard_row, step_labels
 from composer_parallel import Parallel, attention_cost_ratio
-from composer_rl.rl.batch import PackedBatch, Trajectory, pack
+from composer_rl.rl.batch import PackedBatch, pack
 from composer_rl.rl.loss import (
     GlobalBatch,
     RLLoss,

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
-from composer_infra.checkpoint import StepCheckpointer
+from composer_infra.checkpoint import StepCheckpointer, Trajectory
 from composer_infra.store import (
     ObjectStore,
     PublisherConfig,
@@ -64,7 +64,6 @@ from composer_model import (
 from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import attention_cost_ratio, full_state_dict
 from composer_rl.plugins import JobPlugins
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
 from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.services._common import ModelSource, build_model, pack_sequences
