@@ -149,21 +149,21 @@ def test_a_restarted_trainer_starts_a_life_and_refuses_batches_of_the_old_one(
     )
     for seed in range(3):  # checkpoint at step 2; step 3 published, then "killed"
         first.train_step(token_batch(seed=seed), wait=True)
-    assert first.resume_state()["restored"] is False
+    assert first.resume_state().restored is False
     first.close()
     second = TrainingService(
         micro_config(), url, tmp_path / "ckpt", TrainingConfig(checkpoint_every=2)
     )
     try:
         state = second.resume_state()
-        assert (state["step"], state["version"], state["restored"]) == (2, 4, True)
-        tree = VersionTree.from_dict(state["lineage"])
+        assert (state.step, state.version, state.restored) == (2, 4, True)
+        tree = state.lineage
         assert tree == VersionTree([Life(0, 0, None), Life(4, 2, 2)])
         assert VersionTree.load(tmp_path / "ckpt" / LINEAGE_FILE) == tree
         assert tree.lag(2, 4) == 0 and tree.lag(3, 4) == 1
         with pytest.raises(TrainerRestarted, match="run the same command again"):
             second.train_rl([trajectory([2, 2])], {}, life=0)
-        assert second.train_rl([trajectory([4, 4])], {}, life=1)["version"] == 5
+        assert second.train_rl([trajectory([4, 4])], {}, life=1).version == 5
     finally:
         second.close()
 

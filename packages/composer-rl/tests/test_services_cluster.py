@@ -144,7 +144,7 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         trainer, inference = services.training, services.inference[0]
         assert ray.get(trainer.version.remote()) == 0
         step = ray.get(trainer.train_step.remote(token_batch(seed=0), wait=True))
-        assert step["version"] == 1 and math.isfinite(step["loss"])
+        assert step.version == 1 and math.isfinite(step.stats.loss)
         # Version 1 is complete in the run directory's file:// store, seen from here too.
         assert services.store_url == (run_dir / "weights").resolve().as_uri()
         subscriber = WeightSubscriber(open_store(services.store_url), readers=1)

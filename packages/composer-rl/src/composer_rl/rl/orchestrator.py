@@ -10,7 +10,8 @@ work:
   between decode steps). Slots are refilled as groups are handed out, so generation goes on
   while the trainer steps.
 - **trainer**: `train_rl(trajectories, state)` on the training service: one step of the
-  project's training step with the RL loss, then version v+1 is published.
+  project's training step with the RL loss, then version v+1 is published; it answers a
+  typed `StepResult` (`composer_rl.rl.trainer`).
 
 A finished group (G episodes of one task) is scored through the one plugin manager, gets
 Dr. GRPO advantages, is written to the group checkpoint store (never regenerated after a
@@ -40,7 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +51,9 @@ from composer_rl.rl.fates import Fate, fate_record
 from composer_rl.rl.lineage import STEP, VersionTree
 from composer_rl.rl.sampler import TaskSampler
 from composer_rl.tasks.model import Task
+
+if TYPE_CHECKING:  # the trainer's answer (its module, the model's step, is not needed here)
+    from composer_rl.rl.trainer import StepResult
 
 
 class Endpoint(Protocol):
@@ -663,11 +667,10 @@ class Orchestrator:
                 self._take_episodes(poll.result())
                 poll = None
             if train is not None and train.done():
-                stats = train.result()
+                result: StepResult = train.result()
                 train = None
                 idle_since = time.monotonic()
-                self.step = int(stats["step"])
-                self.version = int(stats["version"])
+                self.step, self.version = result.step, result.version
                 if self.config.sync:
                     # Alternating means the next batch is sampled by exactly this version.
                     self.rollout.call(
@@ -675,7 +678,7 @@ class Orchestrator:
                     ).result()
                 self.consumed |= {g.group_id for g in batch}
                 self._record_trained(batch)
-                row = self._step_row(stats, batch, time.monotonic() - step_began)
+                row = self._step_row(result, batch, time.monotonic() - step_began)
                 step_began = time.monotonic()
                 history.append(row)
                 if self.on_step is not None:
@@ -725,7 +728,7 @@ class Orchestrator:
             )
 
     def _step_row(
-        self, stats: dict[str, Any], batch: list[ReadyGroup], seconds: float
+        self, result: StepResult, batch: list[ReadyGroup], seconds: float
     ) -> dict[str, Any]:
         trained = self.version - 1  # the weights the step was taken on
         # (None, a lineage the tree cannot place, never passes the staleness rule.)
@@ -745,7 +748,7 @@ class Orchestrator:
                 components.setdefault(k, []).append(v)
             flags.update(e.flags.keys())
         row: dict[str, Any] = {
-            **stats,
+            **result.metrics(),
             "kind": STEP,
             "life": self.lineage.life,
             "groups": len(batch),
@@ -761,9 +764,7 @@ class Orchestrator:
             "monitor_flags": dict(flags),
             "generated_tokens": self._gen_tokens,
             "generation_tokens_per_s": self._gen_tokens / seconds if seconds > 0 else 0.0,
-            "training_tokens_per_s": stats.get("tokens", 0) / stats["train_seconds"]
-            if stats.get("train_seconds")
-            else 0.0,
+            "training_tokens_per_s": result.tokens_per_s,
             "trainer_idle_s": self._trainer_idle_s,
             "sandbox_s": self._sandbox_s,
             "step_seconds": seconds,
