@@ -49,6 +49,10 @@ class ToolCall(_Frozen):
     `malformed` is set when the call could not be executed as written: it did not parse,
     named a tool that does not exist, or had arguments that do not fit the tool. The
     sandbox answers such a call with ``ok=False`` rather than raising.
+
+    The one tool-call type of the project: composer-rl's parser of the agent's text
+    (`composer_rl.agent.format`) returns it too, before any answer (``ok`` unless
+    `malformed`, `error` then saying why), and the episode runner fills in the answer.
     """
 
     name: str

@@ -31,13 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from composer_infra.checkpoint import Trajectory
 from composer_infra.sandbox import BackendRegistry, Sandbox, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
-from composer_rewards import Episode, Message, TestResults, TokenCounts
-from composer_rewards import ToolCall as EpisodeToolCall
+from composer_rewards import Episode, Message, TestResults, TokenCounts, ToolCall
 from composer_rewards.episode import COMPACTIONS_KEY
 from composer_rl.agent.format import (
     END_OF_TURN,
     TOOL_CALL_END,
-    ToolCall,
     parse_output,
     render_prompt,
 )
@@ -472,14 +470,8 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
             ),
         ),
         tool_calls=tuple(
-            EpisodeToolCall(
-                name=c.call.name,
-                arguments=dict(c.call.arguments),
-                ok=c.ok,
-                output=c.output,
-                error=c.error,
-                malformed=not c.call.ok,
-                turn=c.turn,
+            c.call.model_copy(
+                update={"ok": c.ok, "output": c.output, "error": c.error, "turn": c.turn}
             )
             for c in result.calls
         ),
