@@ -58,20 +58,11 @@ from composer_rl.tasks.model import Task
 
 
 @dataclass
-class CallRecord:
-    call: ToolCall
-    ok: bool
-    output: str
-    error: str | None
-    turn: int
-
-
-@dataclass
 class EpisodeResult:
     task: Task
     sample: int
     transcript: Transcript
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)  # as parsed, with the answer and turn
     finished: bool = False
     final_message: str = ""
     stop_reason: str = ""
@@ -102,7 +93,7 @@ class EpisodeResult:
 
     @property
     def malformed_calls(self) -> int:
-        return sum(1 for c in self.calls if not c.call.ok)
+        return sum(1 for c in self.calls if c.malformed)
 
 
 def record_generation(record: Trajectory, generation: GenerationResult) -> None:
@@ -416,12 +407,13 @@ class EpisodeRunner:
         call = parsed.calls[0]
         if not complete or not call.ok:
             error = call.error or "incomplete tool call"
-            record = CallRecord(call, False, "", f"malformed tool call: {error}", state.turns)
+            answered = {"ok": False, "output": "", "error": f"malformed tool call: {error}"}
         else:
             began = time.monotonic()
             answer = state.sandbox.call(call.name, dict(call.arguments))
             result.sandbox_seconds += time.monotonic() - began
-            record = CallRecord(call, answer.ok, answer.output, answer.error, state.turns)
+            answered = {"ok": answer.ok, "output": answer.output, "error": answer.error}
+        record = call.model_copy(update={**answered, "turn": state.turns})
         result.calls.append(record)
         if call.name == "finish" and record.ok:
             result.finished = True
@@ -469,12 +461,7 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
                 if render.kind in ("tool_call", "summary")
             ),
         ),
-        tool_calls=tuple(
-            c.call.model_copy(
-                update={"ok": c.ok, "output": c.output, "error": c.error, "turn": c.turn}
-            )
-            for c in result.calls
-        ),
+        tool_calls=tuple(result.calls),
         final_message=result.final_message,
         diff=unified_diff(before, after),
         changed_files=changed,
