@@ -24,10 +24,10 @@ import torch
 from _services_support import VOCAB, micro_config, token_batch
 
 from composer_infra.runtime import LocalCluster
-from composer_infra.sandbox import Task as SandboxTask
 from composer_infra.sandbox import default_registry
 from composer_infra.store import WeightSubscriber, open_store
 from composer_model import OptimConfig
+from composer_rl.agent.sandboxes import sandbox_task
 from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
@@ -178,12 +178,7 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
 
 
 def grade(environment: Any, task: Any, files: dict[str, str]) -> Any:
-    spec = SandboxTask(
-        task_id=task.id,
-        instruction=task.instruction,
-        files=files,
-        test_command=task.test_command,
-    )
+    spec = sandbox_task(task, files)
     sandbox_id = ray.get(environment.open.remote(spec))
     try:
         # The hidden tests go in as the grader writes them (with the probe and its runner).
