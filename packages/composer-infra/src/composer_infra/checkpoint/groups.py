@@ -1,11 +1,12 @@
 """Group-level checkpoints: finished groups persisted as they complete, append-only.
 
 A group is the G episodes sampled for one prompt (their `Trajectory`s), with their
-rewards, advantages and the policy version of every generated token. Generating one costs many sandbox minutes,
-so each is written to its own file the moment it is finished, write-once: a crash after
-that point never regenerates it, and a bug that tries to is an error, not a silent
-overwrite. The trainer records which groups a step consumed in its step checkpoint; on
-resume, groups that exist but were not consumed are trained on, not thrown away.
+rewards, advantages and the policy version of every generated token. Generating one costs
+many sandbox minutes, so each is written to its own file the moment it is finished,
+write-once: a crash after that point never regenerates it, and a bug that tries to is an
+error, not a silent overwrite. The trainer records which groups a step consumed in its step
+checkpoint; on resume, groups that exist but were not consumed are trained on, not thrown
+away.
 """
 
 from __future__ import annotations

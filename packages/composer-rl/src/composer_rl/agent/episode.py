@@ -15,8 +15,9 @@ drops its oldest turns (`composer_rl.agent.summarize`).
 Every episode records a `Trajectory` per segment (composer-infra's, the one trajectory type
 from the engine to the trainer): exactly the tokens the engine saw, which of them the policy
 sampled, their behaviour logprobs, policy versions and expert indices. The RL loop scores,
-persists and trains on those very objects, never on re-tokenized text or a copy. Episodes can be run as a
-batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollout slots).
+persists and trains on those very objects, never on re-tokenized text or a copy. Episodes
+can be run as a batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's
+rollout slots).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class EpisodeResult:
 
     @property
     def records(self) -> list[Trajectory]:
-        """Every segment's token record, in order (one unless the episode's context was condensed)."""
+        """Every segment's trajectory, in order (one unless the episode's context was condensed)."""
         return [*self.segments, self.record]
 
     @property
