@@ -106,7 +106,7 @@ def main() -> None:
         peers: dict[str, Path] = {}
         for form, (command, hidden) in FORMS.items():
             task = Task(
-                task_id=f"bench-{form}",
+                id=f"bench-{form}",
                 instruction="x",
                 files={"calc.py": CALC},
                 test_command=command,

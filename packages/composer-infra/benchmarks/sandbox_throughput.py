@@ -42,7 +42,7 @@ from composer_infra.sandbox import Sandbox, SnapshotStore, Task, default_registr
 
 COMMAND = "true"
 TASK = Task(
-    task_id="bench",
+    id="bench",
     instruction="benchmark",
     files={
         "calc.py": "def add(a, b):\n    return a + b\n",

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
+from composer_infra.checkpoint import Trajectory
 from composer_infra.checkpoint.groups import FinishedGroup
 from composer_model import ComposerModel, load_pretrained, preset
-from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.batch import pack
 from composer_rl.rl.loss import RLLossConfig
-from composer_rl.rl.orchestrator import record_to_trajectories
 from composer_rl.rl.trainer import rl_forward_loss
 
 
@@ -82,9 +82,7 @@ def main() -> None:
         files = sorted(args.groups.glob("*.json"))[: args.count]
         if not files:
             raise SystemExit(f"no group files in {args.groups}")
-        groups = [
-            record_to_trajectories(FinishedGroup.model_validate_json(f.read_text())) for f in files
-        ]
+        groups = [FinishedGroup.model_validate_json(f.read_text()).episodes for f in files]
     forward = model.forward
     ratios: dict[str, list[float]] = {"attached": [], "detached": []}
     pg_norms = []

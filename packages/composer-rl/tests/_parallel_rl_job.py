@@ -17,9 +17,9 @@ from typing import Any
 
 from _services_support import VOCAB, micro_config, token_batch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import OptimConfig
 from composer_parallel import init_distributed
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
 from composer_rl.stages.config import ParallelConfig
@@ -73,8 +73,8 @@ def run(out: Path, dp: int = 1, ep: int = 1, cp: int = 1) -> list[dict[str, Any]
     service = TrainingService(
         micro_config(), (out / "weights").as_uri(), out / "checkpoints", config
     )
-    stats = [service.train_rl(trajectories(step)) for step in range(STEPS)]
-    stats.append(service.train_step(token_batch(seed=7, rows=5, length=20)))
+    stats = [service.train_rl(trajectories(step)).metrics() for step in range(STEPS)]
+    stats.append(service.train_step(token_batch(seed=7, rows=5, length=20)).metrics())
     service.export(str(out / "final"))
     service.close()
     return stats

@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from composer_infra.checkpoint import Trajectory
 from composer_rl.agent.quick import random_checkpoint as tiny_checkpoint
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.quick import QUICK_RL_SETTINGS
 
 

@@ -16,8 +16,7 @@ import pytest
 
 from composer_infra.sandbox import TestReport, ToolResult
 from composer_model import train_tokenizer
-from composer_rewards.episode import Episode, Message, TestResults
-from composer_rewards.episode import ToolCall as EpisodeToolCall
+from composer_rewards.episode import Episode, Message, TestResults, ToolCall
 from composer_rewards.rewards.communication import CommunicationReward
 from composer_rewards.rewards.redundant_reads import redundant_reads
 from composer_rewards.rewards.unfinished import placeholders
@@ -30,7 +29,7 @@ from composer_rl.agent.demonstrations import (
     visible_tests_fail,
 )
 from composer_rl.agent.episode import unified_diff
-from composer_rl.agent.format import ToolCall, parse_output
+from composer_rl.agent.format import parse_output
 from composer_rl.agent.mistakes import (
     apply_edits,
     declared_attempts,
@@ -173,9 +172,7 @@ def episode_of(task: Task, run: Replay) -> Episode:
         task=task.instruction,
         messages=(Message(role="user", content=task.instruction),),
         tool_calls=tuple(
-            EpisodeToolCall(
-                name=c.name, arguments=dict(c.arguments), ok=r.ok, output=r.output, error=r.error
-            )
+            c.model_copy(update={"ok": r.ok, "output": r.output, "error": r.error})
             for c, r in zip(run.calls, run.results, strict=True)
         ),
         final_message=run.message,

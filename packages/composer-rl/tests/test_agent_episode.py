@@ -61,8 +61,8 @@ def test_model_trained_on_a_demonstration_replays_it_and_solves() -> None:
         train_phase(model, phase, rows, rows, Path(tmp), show_progress=False)
     engine = InferenceEngine(model, tokenizer, max_batch_size=2, max_seq_len=1024)
     (result,) = EpisodeRunner(engine, tokenizer, RunnerConfig(max_turns=4)).run(tasks)
-    assert [c.call.name for c in result.calls] == ["read_file", "edit_file", "finish"], [
-        (c.call.name, c.call.arguments, c.output[:80]) for c in result.calls
+    assert [c.name for c in result.calls] == ["read_file", "edit_file", "finish"], [
+        (c.name, c.arguments, c.output[:80]) for c in result.calls
     ]
     assert result.finished and result.stop_reason == "finish"
     assert result.solved, result.report
@@ -113,7 +113,7 @@ def test_cache_reuse_between_turns_changes_nothing_but_the_work() -> None:
         runs[reuse] = (EpisodeRunner(engine, tokenizer, config).run(tasks), engine)
     (before, plain), (after, reusing) = runs[False], runs[True]
     assert [len(r.calls) for r in after] == [3, 3]  # three turns per episode
-    names = {c.call.name for r in after for c in r.calls}
+    names = {c.name for r in after for c in r.calls}
     assert names == {tokenizer.decode(tokenizer.encode("list_files")[:1]).strip()}
     assert after[0].stop_reason == "max_turns"
     assert plain.stats.reused_tokens == 0
@@ -122,5 +122,7 @@ def test_cache_reuse_between_turns_changes_nothing_but_the_work() -> None:
     assert reusing.num_parked == 0  # every episode's session ended with the episode
     for a, b in zip(before, after, strict=True):
         assert a.transcript.text == b.transcript.text
-        assert [c.call for c in a.calls] == [c.call for c in b.calls]
+        assert [(c.name, c.arguments, c.malformed) for c in a.calls] == [
+            (c.name, c.arguments, c.malformed) for c in b.calls
+        ]
         assert a.stop_reason == b.stop_reason and a.generated_tokens == b.generated_tokens

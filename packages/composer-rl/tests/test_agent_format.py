@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from composer_rewards import ToolCall
 from composer_rl.agent.format import (
     TOOL_CALL,
     TOOL_CALL_END,
-    ToolCall,
     parse_output,
     render_call,
 )
@@ -21,20 +21,22 @@ values = st.text(
 @settings(max_examples=300, deadline=None)
 @given(path=values, old=values, new=values)
 def test_edit_call_round_trips(path: str, old: str, new: str) -> None:
-    call = ToolCall("edit_file", {"path": path, "old": old, "new": new})
+    call = ToolCall(name="edit_file", arguments={"path": path, "old": old, "new": new})
     parsed = parse_output(render_call(call))
     assert parsed.calls == [call]
 
 
 def test_code_is_written_raw() -> None:
-    text = render_call(ToolCall("write_file", {"path": "a.py", "content": 'x = "a\\n"\n'}))
+    text = render_call(
+        ToolCall(name="write_file", arguments={"path": "a.py", "content": 'x = "a\\n"\n'})
+    )
     assert 'x = "a\\n"' in text  # not JSON-escaped
 
 
 def test_several_calls_and_integer_arguments() -> None:
-    text = render_call(ToolCall("run", {"command": "ls", "timeout": 5})) + render_call(
-        ToolCall("finish", {})
-    )
+    text = render_call(
+        ToolCall(name="run", arguments={"command": "ls", "timeout": 5})
+    ) + render_call(ToolCall(name="finish", arguments={}))
     parsed = parse_output(text)
     assert [c.name for c in parsed.calls] == ["run", "finish"]
     assert parsed.calls[0].arguments == {"command": "ls", "timeout": 5}

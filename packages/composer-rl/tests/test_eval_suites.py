@@ -13,8 +13,9 @@ import torch
 
 from composer_infra.sandbox import TestReport
 from composer_model import ComposerModel, InferenceEngine, preset, save_pretrained, train_tokenizer
-from composer_rl.agent.episode import CallRecord, EpisodeResult, RunnerConfig
-from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER, ToolCall
+from composer_rewards import ToolCall
+from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.agent.format import ASSISTANT, END_OF_TURN, USER
 from composer_rl.agent.oracle import play_oracle
 from composer_rl.agent.transcript import Transcript
 from composer_rl.cli import main
@@ -188,8 +189,8 @@ def test_interruption_is_injected_after_the_first_call(tiny) -> None:  # type: i
     result = EpisodeResult(task=task, sample=0, transcript=Transcript.start(task.instruction))
     message = task.metadata["interrupt"]["message"]
     assert runner.user_turn(result) is None  # before any tool call
-    call = ToolCall("read_file", {"path": task.solution[0].path})
-    result.calls.append(CallRecord(call, True, "", None, 1))
+    call = ToolCall(name="read_file", arguments={"path": task.solution[0].path})
+    result.calls.append(call.model_copy(update={"turn": 1}))
     assert runner.user_turn(result) == f"{END_OF_TURN}{USER}{message}{END_OF_TURN}{ASSISTANT}"
     assert runner.user_turn(result) is None  # injected once
 

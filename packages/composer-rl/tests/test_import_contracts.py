@@ -93,7 +93,7 @@ BACK_IMPORTS = {
     # agent/episode.py <-> rl/summarize.py: the agent importing the RL loop.
     "agent-rl": (
         "composer-rl/src/composer_rl/agent/transcript.py",
-        "from composer_rl.rl.batch import Trajectory",
+        "from composer_rl.rl.batch import pack",
         {RL_LAYERS, CYCLE},
     ),
     # A type-checking import counts as much as any other.

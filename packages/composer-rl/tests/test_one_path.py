@@ -55,7 +55,7 @@ def test_the_stage_step_and_the_service_step_give_the_same_loss_and_update(
         before = {k: v.clone() for k, v in stage_model.state_dict().items()}
         sequences = token_batch(seed=5, rows=3, length=20)
 
-        served = service.train_step(sequences)
+        served = service.train_step(sequences).metrics()
         phase = PhaseConfig(
             name="same", steps=10, seq_len=64, optim=optim, mtp_weight=config.mtp_loss_weight
         )

@@ -147,10 +147,12 @@ def test_shapes_must_line_up() -> None:
 def test_staleness_bound_counts_queue_time() -> None:
     from collections import deque
 
+    from _rl_helpers import trajectory
+
     from composer_rl.rl.orchestrator import ReadyGroup, take_fresh
 
     def group(name: str, oldest: int) -> ReadyGroup:
-        return ReadyGroup(name, name, [], oldest_version=oldest)
+        return ReadyGroup(name, name, [trajectory([oldest])])
 
     ready = deque([group("a", 5), group("b", 1), group("c", 4), group("d", 6)])
     # Trainer at version 6, bound 3: "b" waited until it is 5 versions behind: dropped.
@@ -184,8 +186,9 @@ def test_steps_on_a_group_move_each_episode_the_way_of_its_advantage() -> None:
     """The whole training path (packing, router-replayed forward, `rl_loss` on its outputs,
     the one `train_step`): a few steps on one group raise the log-probability of every episode with
     a positive advantage and lower every one with a negative advantage."""
+    from composer_infra.checkpoint import Trajectory
     from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, train_step
-    from composer_rl.rl.batch import Trajectory, pack
+    from composer_rl.rl.batch import pack
     from composer_rl.rl.loss import RLLossConfig, target_logprobs
     from composer_rl.rl.trainer import rl_forward_loss
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerModel, OptimConfig, build_optimizer, preset, train_step
 from composer_model.tokenizer import train_tokenizer
-from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.batch import pack
 from composer_rl.rl.config import load_config
 from composer_rl.rl.loss import RLLossConfig, target_logprobs
 from composer_rl.rl.run import anchor_source
@@ -130,7 +131,7 @@ def test_the_training_service_draws_anchor_rows_by_step_and_refuses_missing_data
     for _ in range(2):  # two services, same seed: the same rows at the same steps
         trainer = TrainingService(micro_config(), (tmp_path / "w").as_uri(), config=config)
         try:
-            losses.append([trainer.train_rl(group)["anchor_loss"] for _ in range(3)])
+            losses.append([trainer.train_rl(group).stats.metrics["anchor_loss"] for _ in range(3)])
         finally:
             trainer.close()
     assert losses[0] == losses[1]

@@ -16,8 +16,7 @@ from typing import Any
 from _rl_helpers import Unused, trajectory
 from _services_support import micro_config
 
-from composer_infra.checkpoint import GroupStore
-from composer_rl.rl.batch import Trajectory
+from composer_infra.checkpoint import FinishedGroup, GroupStore, Trajectory
 from composer_rl.rl.fates import FATES_LOG, Fate, FateBook, FateLog, fate_record
 from composer_rl.rl.jsonl import read_jsonl
 from composer_rl.rl.lineage import RESTART, Life, VersionTree
@@ -27,7 +26,6 @@ from composer_rl.rl.orchestrator import (
     ScoredEpisode,
     _OpenGroup,
     group_task,
-    group_to_record,
 )
 from composer_rl.rl.run import LocalEndpoint, RunLog
 from composer_rl.rl.sampler import TaskSampler
@@ -75,7 +73,13 @@ def test_the_resume_and_the_batch_rule_record_each_fate_with_its_reason(tmp_path
         "g000006": (drawn[5], [[0, 0], [0, 0]], None),  # every episode lost its reward
     }
     for gid, (task, versions, advantage) in made.items():
-        store.put(group_to_record(f"{gid}-{task.id}", task.id, _episodes(versions, advantage)))
+        store.put(
+            FinishedGroup(
+                group_id=f"{gid}-{task.id}",
+                prompt_id=task.id,
+                episodes=_episodes(versions, advantage),
+            )
+        )
     log = FateLog(tmp_path / FATES_LOG)
     config = OrchestratorConfig(
         group_size=2, groups_per_step=2, max_off_policy_steps=3, stale_policy="drop"
@@ -155,7 +159,7 @@ def test_trained_and_left_over_fates_come_from_the_running_loop(tmp_path: Path) 
     store = GroupStore(tmp_path / "groups")
     for n, task in enumerate(drawn, start=1):
         trajs = _episodes([[0, 0], [0, 0]], 0.5)
-        store.put(group_to_record(f"g{n:06d}-{task.id}", task.id, trajs))
+        store.put(FinishedGroup(group_id=f"g{n:06d}-{task.id}", prompt_id=task.id, episodes=trajs))
     trainer = TrainingService(
         micro_config(), (tmp_path / "weights").as_uri(), None, TrainingConfig()
     )

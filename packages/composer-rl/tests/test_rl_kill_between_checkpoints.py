@@ -22,7 +22,7 @@ import pytest
 from _rl_helpers import Unused, tiny_checkpoint, trajectory
 from _services_support import micro_config, token_batch
 
-from composer_infra.checkpoint import GroupStore, StepCheckpointer
+from composer_infra.checkpoint import FinishedGroup, GroupStore, StepCheckpointer
 from composer_rl.rl.config import load_config
 from composer_rl.rl.fates import FATES_LOG, FateBook
 from composer_rl.rl.lineage import (
@@ -36,9 +36,7 @@ from composer_rl.rl.orchestrator import (
     Orchestrator,
     OrchestratorConfig,
     ReadyGroup,
-    group_to_record,
     record_is_constant,
-    record_to_trajectories,
     take_fresh,
 )
 from composer_rl.rl.plots import plot_training
@@ -95,7 +93,7 @@ def test_a_resume_requeues_lost_steps_groups_and_redoes_the_prompts_of_stale_one
     for gid, (task, versions) in made.items():
         advantage = 0.0 if gid == "g000005" else 0.5
         trajs = [trajectory(v, advantage) for v in versions]
-        store.put(group_to_record(f"{gid}-{task.id}", task.id, trajs))
+        store.put(FinishedGroup(group_id=f"{gid}-{task.id}", prompt_id=task.id, episodes=trajs))
     # drawn[5] was being generated at the kill: its task is redone.
     config = OrchestratorConfig(groups_per_step=2, max_off_policy_steps=3, stale_policy="drop")
     loop = Orchestrator(
@@ -126,13 +124,14 @@ def test_a_resume_requeues_lost_steps_groups_and_redoes_the_prompts_of_stale_one
     # The outcome each episode had is kept, so constant-by-correctness is judged again too.
     solved = trajectory([0, 0])
     solved.metadata["solved"] = True
-    (back,) = record_to_trajectories(group_to_record("g000009-x", "x", [solved]))
+    group = FinishedGroup(group_id="g000009-x", prompt_id="x", episodes=[solved])
+    (back,) = FinishedGroup.model_validate_json(group.model_dump_json()).episodes
     assert back.metadata == {"solved": True}
 
 
 def test_queue_rule_on_the_tree_keeps_fresh_groups_after_a_version_jump() -> None:
     def group(name: str, versions: set[int]) -> ReadyGroup:
-        return ReadyGroup(name, name, [], min(versions), frozenset(versions))
+        return ReadyGroup(name, name, [trajectory(sorted(versions))])
 
     ready = deque([group("sft", {0}), group("lost", {2, 4}), group("new", {5, 6})])
     fresh, stale = take_fresh(ready, 6, 3, max_off_policy_steps=3, lineage=REPORTED)
@@ -150,21 +149,21 @@ def test_a_restarted_trainer_starts_a_life_and_refuses_batches_of_the_old_one(
     )
     for seed in range(3):  # checkpoint at step 2; step 3 published, then "killed"
         first.train_step(token_batch(seed=seed), wait=True)
-    assert first.resume_state()["restored"] is False
+    assert first.resume_state().restored is False
     first.close()
     second = TrainingService(
         micro_config(), url, tmp_path / "ckpt", TrainingConfig(checkpoint_every=2)
     )
     try:
         state = second.resume_state()
-        assert (state["step"], state["version"], state["restored"]) == (2, 4, True)
-        tree = VersionTree.from_dict(state["lineage"])
+        assert (state.step, state.version, state.restored) == (2, 4, True)
+        tree = state.lineage
         assert tree == VersionTree([Life(0, 0, None), Life(4, 2, 2)])
         assert VersionTree.load(tmp_path / "ckpt" / LINEAGE_FILE) == tree
         assert tree.lag(2, 4) == 0 and tree.lag(3, 4) == 1
         with pytest.raises(TrainerRestarted, match="run the same command again"):
             second.train_rl([trajectory([2, 2])], {}, life=0)
-        assert second.train_rl([trajectory([4, 4])], {}, life=1)["version"] == 5
+        assert second.train_rl([trajectory([4, 4])], {}, life=1).version == 5
     finally:
         second.close()
 
@@ -301,7 +300,7 @@ def test_a_kill_between_checkpoints_trains_every_group_once_and_loses_no_prompt(
         if gid in consumed:
             continue
         newer = [g for g in by_task[_task(gid)] if g > gid]
-        constant = record_is_constant(record_to_trajectories(store.get(gid)), "reward")
+        constant = record_is_constant(store.get(gid).episodes, "reward")
         assert newer or constant, f"{gid}: dropped and its prompt lost"
     # Every finished group has exactly one fate standing in the fate log, the one the final
     # lineage and the final checkpoint say: trained at its step and life, or dropped.

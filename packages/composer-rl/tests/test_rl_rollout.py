@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 from test_agent_episode import _setup as agent_setup
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import InferenceEngine
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig
-from composer_rl.rl.batch import Trajectory, pack
+from composer_rl.rl.batch import pack
 from composer_rl.rl.loss import target_logprobs
 
 

@@ -26,12 +26,12 @@ import torch
 from _services_support import AGENT_CALL, AGENT_VOCAB, micro_agent, micro_config, token_batch
 
 from composer_infra.runtime import LocalCluster
-from composer_infra.sandbox import Task as SandboxTask
 from composer_infra.sandbox import default_registry
 from composer_infra.sandbox import sandbox as sandbox_module
 from composer_infra.store import WeightSubscriber, open_store
 from composer_model import OptimConfig
 from composer_rl.agent.episode import EpisodeResult, RunnerConfig
+from composer_rl.agent.sandboxes import sandbox_task
 from composer_rl.cli import build_parser
 from composer_rl.cli._ray_args import RAY_ADDRESS_ENV
 from composer_rl.cli.services import parse_placement
@@ -167,7 +167,7 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
             episodes += [r for _, r in ray.get(inference.poll_episodes.remote())]
         for episode in episodes:
             assert episode.grading_error is None and episode.report is not None
-            assert [c.call.name for c in episode.calls] == [AGENT_CALL.strip()] * 2
+            assert [c.name for c in episode.calls] == [AGENT_CALL.strip()] * 2
             assert all(c.ok for c in episode.calls)
             assert set(episode.task.files) <= set(episode.calls[0].output.split())
             assert episode.files_after == episode.task.files  # read back beside the sandbox
@@ -192,7 +192,7 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
         assert ray.get(env.stats.remote())["open"] == []
 
         step = ray.get(trainer.train_step.remote(token_batch(seed=0), wait=True))
-        assert step["version"] == 1 and math.isfinite(step["loss"])
+        assert step.version == 1 and math.isfinite(step.stats.loss)
         # Version 1 is complete in the run directory's file:// store, seen from here too.
         assert services.store_url == (run_dir / "weights").resolve().as_uri()
         subscriber = WeightSubscriber(open_store(services.store_url), readers=1)
@@ -226,12 +226,7 @@ def test_a_round_crosses_two_nodes(cluster: LocalCluster, tmp_path: Path) -> Non
 
 
 def grade(environment: Any, task: Any, files: dict[str, str]) -> Any:
-    spec = SandboxTask(
-        task_id=task.id,
-        instruction=task.instruction,
-        files=files,
-        test_command=task.test_command,
-    )
+    spec = sandbox_task(task, files)
     sandbox_id = ray.get(environment.open.remote(spec))
     try:
         # The hidden tests go in as the grader writes them (with the probe and its runner).

@@ -63,8 +63,8 @@ def test_training_steps_reach_inference_and_evaluation(services: Services) -> No
     assert ray.get(inference.sync.remote()) == 0  # the trainer published version 0 at start
 
     results = [ray.get(trainer.train_step.remote(token_batch(seed=0))) for _ in range(2)]
-    assert [r["version"] for r in results] == [1, 2]
-    assert all(math.isfinite(r["loss"]) for r in results)
+    assert [r.version for r in results] == [1, 2]
+    assert all(math.isfinite(r.stats.loss) for r in results)
     assert ray.get(trainer.flush.remote()) == 2
 
     assert ray.get(inference.sync.remote()) == 2
@@ -119,5 +119,5 @@ def test_a_killed_trainer_restarts_from_its_checkpoint(services: Services) -> No
     # under the next unused version number.
     assert ray.get(trainer.version.remote()) == version + 1
     step = ray.get(trainer.train_step.remote(token_batch(seed=5), wait=True))
-    assert step["version"] == version + 2
+    assert step.version == version + 2
     assert ray.get(services.inference[0].sync.remote()) == version + 2

@@ -55,7 +55,7 @@ def test_train_publish_subscribe_and_version_stamps(tmp_path: Path) -> None:
         assert eval0["version"] == 0 and math.isfinite(eval0["loss"])
 
         batch = token_batch(seed=0)
-        losses = [trainer.train_step(batch)["loss"] for _ in range(3)]
+        losses = [trainer.train_step(batch).stats.loss for _ in range(3)]
         assert trainer.flush() == 3 and trainer.version() == 3
         assert losses[-1] < losses[0]  # it trains
 
@@ -184,7 +184,7 @@ def test_restarted_trainer_resumes_from_its_checkpoint_under_a_fresh_version(
         assert second.version() == 4  # ... under a number the store never used
         assert inference.sync() == 4
         assert _same_weights(second.model, inference.engine.model)
-        assert second.train_step(token_batch(seed=2), wait=True)["version"] == 5
+        assert second.train_step(token_batch(seed=2), wait=True).version == 5
         assert inference.sync() == 5 and _same_weights(second.model, inference.engine.model)
     finally:
         second.close()

@@ -7,7 +7,7 @@ update and an adversarial episode appended, a half-written (killed) copy, an emp
 one in an older version's format. The short run does not reliably produce an episode whose
 tokens carry two policy versions (its episodes are 24 tokens long), so that episode is
 built from one of the run's own group records with the second half of its tokens relabelled
-as sampled by the next version, in the same format (`composer_rl.rl.orchestrator.group_to_record`).
+as sampled by the next version, in the same format (composer-infra's `FinishedGroup` of `Trajectory`s).
 
 Marked slow: the real run alone takes 1-2.5 minutes on the loaded 2-core box.
 """
@@ -115,10 +115,11 @@ def _spanning_episode(run: Path) -> str:
     episode = f"{gid}.s0"
     records = []
     for sample, record in enumerate(group["episodes"]):
-        n = len(record["completion_tokens"])
-        record["policy_versions"] = [0] * (n // 2) + [1] * (n - n // 2)
-        record["episode_id"] = f"{gid}.s{sample}.0"
-        record["metadata"]["episode_id"] = f"{gid}.s{sample}"
+        first = record["sampled"].index(True)
+        n = len(record["tokens"]) - first
+        record["versions"][first:] = [0] * (n // 2) + [1] * (n - n // 2)
+        record["episode_id"] = f"{gid}.s{sample}"
+        record["group_id"] = gid
         records.append(record)
     group.update(group_id=gid, episodes=records)
     (run / "groups" / f"{gid}.json").write_text(json.dumps(group))

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 from _rl_helpers import trajectory
 
-from composer_infra.checkpoint import GroupStore
+from composer_infra.checkpoint import FinishedGroup, GroupStore
 from composer_rl.rl.fates import FATES_LOG, Fate, FateLog, fate_record
-from composer_rl.rl.orchestrator import group_to_record
 from composer_rl.view.index import EpisodeIndex, Query, template_of
 from composer_rl.view.jsonl import JsonlTail
 from composer_rl.view.rundir import RunDir, find_runs
@@ -222,7 +221,9 @@ def test_the_group_api_answers_the_recorded_fate_and_infers_only_for_older_runs(
     trained, stale, voided = sorted({line["group"] for line in lines})
     for gid in (trained, stale, voided):
         task = gid.split("-", 1)[1]
-        GroupStore(run_path / "groups").put(group_to_record(gid, task, [trajectory([0, 0])]))
+        GroupStore(run_path / "groups").put(
+            FinishedGroup(group_id=gid, prompt_id=task, episodes=[trajectory([0, 0])])
+        )
     _write_lines(run_path / "metrics.jsonl", [{"step": 1, "trained_groups": [trained]}])
     older = tmp_path / "older"  # the same run, written before fates were recorded
     shutil.copytree(run_path, older)

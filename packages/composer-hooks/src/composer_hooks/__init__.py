@@ -8,6 +8,9 @@ not otherwise need. A plugin for any of those domains may use ``composer_hooks.h
 a re-export (``composer_rewards.hookimpl``, ``composer_infra.sandbox.hookimpl``,
 ``composer_infra.store.hookimpl``); they are the same object. The project name is also the
 entry-point group under which installed plugins are found (``[project.entry-points.composer]``).
+
+``composer_hooks.todo`` holds the one plain type two of those domains share (the agent's todo
+item: sandboxes keep it, reward plugins read it), standard library only.
 """
 
 from __future__ import annotations

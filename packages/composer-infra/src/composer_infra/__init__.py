@@ -48,7 +48,7 @@ _LAZY_EXPORTS = {
         "StepCheckpointer",
         "GroupStore",
         "FinishedGroup",
-        "EpisodeRecord",
+        "Trajectory",
         "atomic_write_bytes",
     ),
     "composer_infra.runtime": ("RayRuntime", "RuntimeConfig"),

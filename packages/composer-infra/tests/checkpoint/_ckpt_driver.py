@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from composer_infra.checkpoint import (
-    EpisodeRecord,
     FinishedGroup,
     GroupStore,
     StepCheckpointer,
+    Trajectory,
 )
 
 VOCAB = 16
@@ -49,14 +49,14 @@ def generate_group(policy: nn.Embedding, prompt: int, size: int, version: int) -
     mean = sum(rewards) / len(rewards)
     for (i, tokens, logprobs), reward in zip(samples, rewards, strict=True):
         episodes.append(
-            EpisodeRecord(
-                episode_id=f"{group_id(prompt)}-{i}",
-                prompt_tokens=[prompt % VOCAB],
-                completion_tokens=tokens,
-                policy_versions=[version] * len(tokens),
-                logprobs=logprobs,
+            Trajectory(
+                tokens=[prompt % VOCAB, *tokens],
+                sampled=[False, *([True] * len(tokens))],
+                logprobs=[0.0, *logprobs],
+                versions=[-1, *([version] * len(tokens))],
                 reward=reward,
                 advantage=reward - mean,
+                episode_id=f"{group_id(prompt)}-{i}",
             )
         )
     return FinishedGroup(group_id=group_id(prompt), prompt_id=prompt, episodes=episodes)
@@ -66,9 +66,9 @@ def loss_of(policy: nn.Embedding, groups: list[FinishedGroup]) -> torch.Tensor:
     total = torch.zeros(())
     for group in groups:
         for ep in group.episodes:
-            context = [*ep.prompt_tokens, *ep.completion_tokens[:-1]]
-            logp = torch.log_softmax(policy.weight[context], dim=-1)
-            taken = logp.gather(1, torch.tensor(ep.completion_tokens)[:, None]).sum()
+            logp = torch.log_softmax(policy.weight[ep.tokens[:-1]], dim=-1)
+            taken = logp.gather(1, torch.tensor(ep.tokens[1:])[:, None]).sum()
+            assert ep.advantage is not None
             total = total - ep.advantage * taken
     return total / 6.0  # Dr. GRPO: a constant, not the sequence length
 

@@ -14,11 +14,11 @@ from torch import nn
 
 from composer_infra.checkpoint import (
     CheckpointError,
-    EpisodeRecord,
     FinishedGroup,
     GroupExists,
     GroupStore,
     StepCheckpointer,
+    Trajectory,
     atomic_directory,
 )
 
@@ -127,15 +127,15 @@ def test_failed_directory_write_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def episode(i: int, n: int = 3) -> EpisodeRecord:
-    return EpisodeRecord(
-        episode_id=f"e{i}",
-        prompt_tokens=[1, 2],
-        completion_tokens=list(range(n)),
-        policy_versions=[5] * n,
-        logprobs=[-0.5] * n,
+def episode(i: int, n: int = 3) -> Trajectory:
+    return Trajectory(
+        tokens=[1, 2, *range(n)],
+        sampled=[False, False, *([True] * n)],
+        logprobs=[0.0, 0.0, *([-0.5] * n)],
+        versions=[-1, -1, *([5] * n)],
         reward=float(i),
         advantage=i - 0.5,
+        episode_id=f"e{i}",
     )
 
 
@@ -151,16 +151,14 @@ def test_groups_are_write_once_and_pending_ones_are_found(tmp_path: Path) -> Non
     assert [g.group_id for g in store.pending({"p0"})] == ["p1"]
 
 
-def test_episode_token_alignment_is_checked() -> None:
-    with pytest.raises(ValueError, match="policy versions for 3 completion tokens"):
-        EpisodeRecord(
-            episode_id="e",
-            prompt_tokens=[],
-            completion_tokens=[1, 2, 3],
-            policy_versions=[0],
-            reward=0.0,
-            advantage=0.0,
-        )
+def test_trajectory_token_alignment_is_checked() -> None:
+    with pytest.raises(ValueError, match="per-token fields of lengths"):
+        Trajectory(tokens=[1, 2, 3], sampled=[False, True, True], logprobs=[0.0], versions=[0])
+    # A persisted group is checked the same way when it is read back.
+    good = FinishedGroup(group_id="p", prompt_id=0, episodes=[episode(0)])
+    data = good.model_dump_json().replace('"versions":[-1,-1,5,5,5]', '"versions":[-1,-1,-1,5,5]')
+    with pytest.raises(ValueError, match="carry no policy version"):
+        FinishedGroup.model_validate_json(data)
 
 
 def test_a_damaged_newest_checkpoint_is_reported_and_the_one_before_is_used(

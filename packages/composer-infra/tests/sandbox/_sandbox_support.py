@@ -23,7 +23,7 @@ TEST_CONFIG = SandboxConfig(
 )
 
 CALC_TASK = Task(
-    task_id="calc",
+    id="calc",
     instruction="Make `add` add.",
     files={
         "calc.py": "def add(a, b):\n    return a - b\n",

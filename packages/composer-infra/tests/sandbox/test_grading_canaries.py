@@ -251,7 +251,7 @@ def test_the_honest_fix_passes_every_time_and_the_bug_fails_without_doubt(
     if reason:
         pytest.skip(reason)
     task = Task(
-        task_id="shapes",
+        id="shapes",
         instruction="area() adds.",
         files=SHAPES,
         test_command="python -m pytest -q -p no:cacheprovider " + " ".join(IDS),

@@ -78,7 +78,7 @@ def attack_module(name: str) -> str:
 
 def task_for(form: str, **extra: object) -> Task:
     return Task(
-        task_id=f"calc-{form}",
+        id=f"calc-{form}",
         instruction="Make `add` add.",
         files={"calc.py": CALC_BUG},
         test_command=COMMANDS[form],
@@ -194,7 +194,7 @@ def test_a_workspace_module_shadows_nothing_in_commands_the_tests_run(
     """A workspace `json.py` is not the standard library's `json` inside `python app.py`
     started by a hidden test (through the probe's `run`)."""
     task = Task(
-        task_id="config",
+        id="config",
         instruction="Fix config.json.",
         files=JSON_TASK_FILES,
         test_command=PROBE_COMMAND,

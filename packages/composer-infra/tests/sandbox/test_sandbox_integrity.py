@@ -169,7 +169,7 @@ def test_survivor_cannot_fake_grading(
 
 
 HIDDEN_TASK = Task(
-    task_id="calc-hidden",
+    id="calc-hidden",
     instruction="Make `add` add.",
     files={"calc.py": "def add(a, b):\n    return a - b\n"},
     test_command="python -P -m pytest -q _grading",

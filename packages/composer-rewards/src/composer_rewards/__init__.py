@@ -13,13 +13,13 @@ A plugin implements hooks of :mod:`composer_rewards.hookspecs` marked with
 """
 
 from composer_hooks import PROJECT, hookimpl, hookspec
+from composer_hooks.todo import TodoItem
 from composer_rewards import hookspecs
 from composer_rewards.builtin import BUILTIN_PLUGINS, OPTIONAL_PLUGINS, builtin_plugins
 from composer_rewards.episode import (
     Episode,
     Message,
     TestResults,
-    TodoItem,
     TokenCounts,
     ToolCall,
 )

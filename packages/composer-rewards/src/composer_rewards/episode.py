@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from composer_hooks.todo import TodoItem
+
 Role = Literal["system", "user", "assistant", "tool"]
 TestOutcome = Literal["passed", "failed", "error", "skipped"]
 
@@ -47,6 +49,10 @@ class ToolCall(_Frozen):
     `malformed` is set when the call could not be executed as written: it did not parse,
     named a tool that does not exist, or had arguments that do not fit the tool. The
     sandbox answers such a call with ``ok=False`` rather than raising.
+
+    The one tool-call type of the project: composer-rl's parser of the agent's text
+    (`composer_rl.agent.format`) returns it too, before any answer (``ok`` unless
+    `malformed`, `error` then saying why), and the episode runner fills in the answer.
     """
 
     name: str
@@ -88,18 +94,6 @@ class TokenCounts(_Frozen):
     tool_call: int = Field(default=0, ge=0)
     tool_output: int = Field(default=0, ge=0)
     final_message: int = Field(default=0, ge=0)
-
-
-class TodoItem(_Frozen):
-    """An item of the agent's todo list (the `todo` tool), as it stood at the end."""
-
-    text: str
-    status: Literal["open", "in_progress", "done", "cancelled"] = "open"
-    created_by: Literal["agent", "task"] = "agent"
-
-    @property
-    def is_open(self) -> bool:
-        return self.status in ("open", "in_progress")
 
 
 class Episode(_Frozen):

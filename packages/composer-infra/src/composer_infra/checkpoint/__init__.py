@@ -13,10 +13,10 @@ if TYPE_CHECKING:
         write_once_bytes,
     )
     from composer_infra.checkpoint.groups import (
-        EpisodeRecord,
         FinishedGroup,
         GroupExists,
         GroupStore,
+        Trajectory,
     )
     from composer_infra.checkpoint.rng import rng_state, set_rng_state
     from composer_infra.checkpoint.step import CheckpointError, StepCheckpointer, StepState
@@ -28,10 +28,10 @@ _EXPORTS = {
         "write_once_bytes",
     ),
     "composer_infra.checkpoint.groups": (
-        "EpisodeRecord",
         "FinishedGroup",
         "GroupExists",
         "GroupStore",
+        "Trajectory",
     ),
     "composer_infra.checkpoint.rng": ("rng_state", "set_rng_state"),
     "composer_infra.checkpoint.step": ("CheckpointError", "StepCheckpointer", "StepState"),
@@ -42,12 +42,12 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 __all__ = [
     "CheckpointError",
-    "EpisodeRecord",
     "FinishedGroup",
     "GroupExists",
     "GroupStore",
     "StepCheckpointer",
     "StepState",
+    "Trajectory",
     "atomic_directory",
     "atomic_write_bytes",
     "rng_state",

@@ -1,55 +1,140 @@
 """Group-level checkpoints: finished groups persisted as they complete, append-only.
 
-A group is the G episodes sampled for one prompt, with their rewards, advantages and
-the policy version of every generated token. Generating one costs many sandbox minutes,
-so each is written to its own file the moment it is finished, write-once: a crash after
-that point never regenerates it, and a bug that tries to is an error, not a silent
-overwrite. The trainer records which groups a step consumed in its step checkpoint; on
-resume, groups that exist but were not consumed are trained on, not thrown away.
+A group is the G episodes sampled for one prompt (their `Trajectory`s), with their
+rewards, advantages and the policy version of every generated token. Generating one costs
+many sandbox minutes, so each is written to its own file the moment it is finished,
+write-once: a crash after that point never regenerates it, and a bug that tries to is an
+error, not a silent overwrite. The trainer records which groups a step consumed in its step
+checkpoint; on resume, groups that exist but were not consumed are trained on, not thrown
+away.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from composer_infra.checkpoint.atomic import remove_temp_entries, write_once_bytes
 
 
-class EpisodeRecord(BaseModel):
-    """One finished episode, as the trainer needs it."""
+@dataclass
+class Trajectory:
+    """One sequence of an episode exactly as the inference engine saw it, token in and token out.
 
-    episode_id: str
-    prompt_tokens: list[int]
-    completion_tokens: list[int]
-    policy_versions: list[int] = Field(
-        description="the policy version that sampled each completion token"
-    )
-    logprobs: list[float] | None = Field(
-        default=None, description="behaviour logprob per completion token"
-    )
-    reward: float
-    advantage: float
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    `tokens` is the whole context (prompt, the policy's tokens, the tool outputs appended
+    between turns); `sampled` marks the tokens the policy drew, with their behaviour
+    log-probabilities and policy versions; `routing` (when recorded) holds, for every token,
+    the experts each MoE layer chose the first time the engine processed it (router replay).
+    A self-summarized episode is several trajectories (`segment`) that share its reward.
 
-    @model_validator(mode="after")
-    def _per_token(self) -> EpisodeRecord:
-        n = len(self.completion_tokens)
-        if len(self.policy_versions) != n:
-            raise ValueError(
-                f"{len(self.policy_versions)} policy versions for {n} completion tokens"
-            )
-        if self.logprobs is not None and len(self.logprobs) != n:
-            raise ValueError(f"{len(self.logprobs)} logprobs for {n} completion tokens")
-        return self
+    This is the one trajectory type from the engine to the trainer: the episode runner
+    records into it (`add_context`, `add_sampled`), the RL loop scores it, persists it in
+    its group (`FinishedGroup`, as these very fields) and packs it for the trainer; nothing
+    is re-tokenized or copied into another record on the way. It lives here, beside the
+    group checkpoint, because this is the lowest package both the agent loop and the group
+    store import; it needs no torch.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    sampled: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # behaviour logprob (0.0 unsampled)
+    versions: list[int] = field(default_factory=list)  # policy version (-1 unsampled)
+    routing: list[list[list[int]]] | None = None  # [tokens][moe layers][top_k]
+    reward: float | None = None  # None: the infrastructure failed (no reward, not a zero)
+    advantage: float | None = None
+    group_id: str = ""
+    episode_id: str = ""
+    segment: int = 0  # index within a self-summarized episode
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.tokens)
+        lengths = {
+            "sampled": len(self.sampled),
+            "logprobs": len(self.logprobs),
+            "versions": len(self.versions),
+        }
+        if self.routing is not None:
+            lengths["routing"] = len(self.routing)
+        wrong = {k: v for k, v in lengths.items() if v != n}
+        if wrong:
+            raise ValueError(f"trajectory of {n} tokens has per-token fields of lengths {wrong}")
+        if self.sampled and self.sampled[0]:
+            raise ValueError("the first token of a trajectory is context, never sampled")
+        bad = [
+            i
+            for i, (s, v) in enumerate(zip(self.sampled, self.versions, strict=True))
+            if s and v < 0
+        ]
+        if bad:
+            raise ValueError(f"sampled tokens {bad[:5]} carry no policy version")
+
+    def add_context(self, ids: list[int]) -> None:
+        """Tokens the policy did not sample (the prompt, a tool's output): never trained on."""
+        self.tokens += ids
+        self.sampled += [False] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.versions += [-1] * len(ids)
+
+    def add_sampled(
+        self,
+        ids: list[int],
+        logprobs: list[float],
+        versions: list[int],
+        routing: list[list[list[int]]] | None = None,
+    ) -> None:
+        """Tokens the policy sampled, with their behaviour logprobs and policy versions;
+        `routing`: rows for the tokens whose experts are first known now (context since
+        the last rows, then these), appended after the earlier ones."""
+        n = len(ids)
+        if len(logprobs) != n or len(versions) != n:
+            raise RuntimeError("the engine returned per-token records that do not line up")
+        self.tokens += ids
+        self.sampled += [True] * n
+        self.logprobs += logprobs
+        self.versions += versions
+        if routing is not None:
+            if self.routing is None:
+                self.routing = []
+            self.routing += routing
+
+    @property
+    def routed_prefix(self) -> int:
+        """How many leading tokens have routing (the trailing tool output may not)."""
+        return len(self.routing or [])
+
+    def prefix(self, n: int) -> Trajectory:
+        """The first `n` tokens (a segment cut where its routing ends), same labels, as a
+        new trajectory (checked like any other)."""
+        return replace(
+            self,
+            tokens=self.tokens[:n],
+            sampled=self.sampled[:n],
+            logprobs=self.logprobs[:n],
+            versions=self.versions[:n],
+            routing=None if self.routing is None else self.routing[:n],
+            metadata=dict(self.metadata),
+        )
+
+    @property
+    def sampled_versions(self) -> list[int]:
+        return [v for s, v in zip(self.sampled, self.versions, strict=True) if s]
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.sampled)
 
 
 class FinishedGroup(BaseModel):
+    """A finished group as persisted: its trajectories (one or more per episode), each
+    with its reward and advantage; the file is these fields as JSON, validated on read."""
+
     group_id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     prompt_id: int | str
-    episodes: list[EpisodeRecord]
+    episodes: list[Trajectory]
 
 
 class GroupExists(FileExistsError):

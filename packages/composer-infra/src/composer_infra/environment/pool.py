@@ -16,7 +16,7 @@ from composer_infra.sandbox import Sandbox, SandboxBackend, SandboxConfig, Task
 
 log = logging.getLogger(__name__)
 
-_BLANK = Task(task_id="pool", instruction="(pre-started sandbox, no task yet)")
+_BLANK = Task(id="pool", instruction="(pre-started sandbox, no task yet)")
 
 
 class SandboxPool:

@@ -10,6 +10,7 @@ with Sandbox.create(task) as sandbox:          # bwrap by default
 again = Sandbox.restore(snap, SnapshotStore(store_dir))   # here or on another worker
 """
 
+from composer_hooks.todo import TodoItem
 from composer_infra.sandbox.archive import Snapshot, SnapshotError, SnapshotStore
 from composer_infra.sandbox.backend import (
     BackendUnavailable,
@@ -30,7 +31,7 @@ from composer_infra.sandbox.registry import (
 from composer_infra.sandbox.results import CommandResult, TestCase, TestReport, ToolResult
 from composer_infra.sandbox.sandbox import Sandbox, hidden_tests_dir
 from composer_infra.sandbox.task import Task
-from composer_infra.sandbox.tools import TOOL_ARGS, TodoItem
+from composer_infra.sandbox.tools import TOOL_ARGS
 
 TOOL_NAMES = tuple(TOOL_ARGS)
 

@@ -21,12 +21,16 @@ class Task(BaseModel):
     missing one fails the grading. `allowed_skips`: the ids that may skip; any other skip
     fails it (a skip counts as neither passed nor failed, so an undeclared one is a way
     around a failing test).
+
+    composer-rl's task (`composer_rl.tasks.model.Task`) is this class with what a task suite
+    adds (hidden tests, an oracle solution, category, difficulty); a sandbox is opened with
+    this part of it only, so its hidden tests never reach the sandbox or its snapshots.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task_id: str = "task"
-    instruction: str
+    id: str = "task"
+    instruction: str = Field(min_length=1)
     files: dict[str, str] = Field(default_factory=dict)
     test_command: str = "python -P -m pytest -q"  # -P: the hidden tests import no workspace code
     expected_tests: tuple[str, ...] = ()

@@ -7,9 +7,12 @@ can read and fix on its next turn.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from composer_hooks.todo import TodoItem, TodoStatus
 
 
 class _Args(BaseModel):
@@ -68,18 +71,11 @@ TOOL_ARGS: dict[str, type[_Args]] = {
 }
 """Every tool a sandbox offers, by the name the model calls it."""
 
-TodoStatus = Literal["open", "in_progress", "done", "cancelled"]
-
-
-class TodoItem(BaseModel):
-    """One item of the agent's plan (the shape composer-rewards' `TodoItem` reads)."""
-
-    text: str
-    status: TodoStatus = "open"
-    created_by: Literal["agent", "task"] = "agent"
-
 
 class TodoList(BaseModel):
+    """The agent's plan (`composer_hooks.todo.TodoItem`, the type composer-rewards'
+    `Episode.todo_items` holds too)."""
+
     items: list[TodoItem] = Field(default_factory=list)
 
     def render(self) -> str:
@@ -106,5 +102,5 @@ class TodoList(BaseModel):
                 "complete": "done",
                 "cancel": "cancelled",
             }
-            self.items[args.id - 1].status = status[args.action]
+            self.items[args.id - 1] = replace(self.items[args.id - 1], status=status[args.action])
         return self.render()

@@ -2,7 +2,7 @@
 its self-summarization (`composer_rl.agent.summarize`)."""
 
 from composer_rl.agent.episode import EpisodeResult, EpisodeRunner, RunnerConfig, episode_view
-from composer_rl.agent.format import ToolCall, parse_output, render_call, render_prompt
+from composer_rl.agent.format import parse_output, render_call, render_prompt
 from composer_rl.agent.oracle import oracle_calls, play_oracle
 from composer_rl.agent.transcript import Transcript
 
@@ -10,7 +10,6 @@ __all__ = [
     "EpisodeResult",
     "EpisodeRunner",
     "RunnerConfig",
-    "ToolCall",
     "Transcript",
     "episode_view",
     "oracle_calls",

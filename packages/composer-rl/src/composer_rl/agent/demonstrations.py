@@ -41,8 +41,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from composer_infra.sandbox import Sandbox, ToolResult
+from composer_rewards import ToolCall
 from composer_rl.agent.behaviours import Behaviour, DemonstrationMix
-from composer_rl.agent.format import ToolCall
 from composer_rl.agent.mistakes import (
     WrongAttempt,
     apply_edits,
@@ -162,8 +162,10 @@ def read_paths(task: Task) -> list[str]:
 
 def edit_call(edit: Edit) -> ToolCall:
     if edit.old is None:
-        return ToolCall("write_file", {"path": edit.path, "content": edit.new})
-    return ToolCall("edit_file", {"path": edit.path, "old": edit.old, "new": edit.new})
+        return ToolCall(name="write_file", arguments={"path": edit.path, "content": edit.new})
+    return ToolCall(
+        name="edit_file", arguments={"path": edit.path, "old": edit.old, "new": edit.new}
+    )
 
 
 @dataclass
@@ -187,10 +189,10 @@ class Player:
             self.call(edit_call(edit))
 
     def run_tests(self) -> ToolResult:
-        return self.call(ToolCall("run", {"command": VISIBLE_TEST_COMMAND}))
+        return self.call(ToolCall(name="run", arguments={"command": VISIBLE_TEST_COMMAND}))
 
     def finish(self, message: str) -> None:
-        call = ToolCall("finish", {"message": message})
+        call = ToolCall(name="finish", arguments={"message": message})
         self.transcript.add_call(call)
         self.calls.append(call)
         self.sandbox.call("finish", {"message": message})
@@ -236,13 +238,13 @@ def failing_attempt(
 
 
 def _look_around(player: Player, task: Task, reread: bool = False) -> None:
-    player.call(ToolCall("list_files", {}))
+    player.call(ToolCall(name="list_files", arguments={}))
     if not names_a_file(task) and (name := search_name(task)):
-        player.call(ToolCall("run", {"command": f"grep -rn {name} ."}))
+        player.call(ToolCall(name="run", arguments={"command": f"grep -rn {name} ."}))
     for index, path in enumerate(read_paths(task)):
-        player.call(ToolCall("read_file", {"path": path}))
+        player.call(ToolCall(name="read_file", arguments={"path": path}))
         if reread and index == 0:
-            player.call(ToolCall("read_file", {"path": path}))
+            player.call(ToolCall(name="read_file", arguments={"path": path}))
 
 
 def _checked_message(changed: str, run: ToolResult | None) -> str:
@@ -327,7 +329,7 @@ def plan_demonstration(
 
 def _play_careless(player: Player, task: Task, plan: Plan) -> list[ToolResult]:
     for path in read_paths(task):
-        player.call(ToolCall("read_file", {"path": path}))
+        player.call(ToolCall(name="read_file", arguments={"path": path}))
     player.edits(plan.edits)
     player.finish(f"I {describe_edits(plan.edits, task.files)}.")
     return []

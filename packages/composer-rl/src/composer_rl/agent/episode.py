@@ -16,10 +16,12 @@ The runner reaches sandboxes only through `composer_rl.agent.sandboxes.Sandboxes
 same loop serves sandboxes in its own process (the default) and the environment service's on
 another node (a Ray run), where the engine's process never holds a sandbox.
 
-Every episode keeps a `TokenRecord` per segment: exactly the tokens the engine saw, which
-of them the policy sampled, their behaviour logprobs, policy versions and expert indices.
-The RL loop trains on that record, never on re-tokenized text. Episodes can be run as a
-batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's rollout slots).
+Every episode records a `Trajectory` per segment (composer-infra's, the one trajectory type
+from the engine to the trainer): exactly the tokens the engine saw, which of them the policy
+sampled, their behaviour logprobs, policy versions and expert indices. The RL loop scores,
+persists and trains on those very objects, never on re-tokenized text or a copy. Episodes
+can be run as a batch (`run`, evaluation) or as a stream (`submit` / `poll`, the RL loop's
+rollout slots).
 """
 
 from __future__ import annotations
@@ -31,15 +33,14 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_infra.checkpoint import Trajectory
 from composer_infra.sandbox import BackendRegistry, TestReport
 from composer_model import ComposerTokenizer, GenerationResult, InferenceEngine, SamplingParams
-from composer_rewards import Episode, Message, TestResults, TokenCounts
-from composer_rewards import ToolCall as EpisodeToolCall
+from composer_rewards import Episode, Message, TestResults, TokenCounts, ToolCall
 from composer_rewards.episode import COMPACTIONS_KEY
 from composer_rl.agent.format import (
     END_OF_TURN,
     TOOL_CALL_END,
-    ToolCall,
     parse_output,
     render_prompt,
 )
@@ -57,31 +58,22 @@ from composer_rl.tasks.model import Task
 
 
 @dataclass
-class CallRecord:
-    call: ToolCall
-    ok: bool
-    output: str
-    error: str | None
-    turn: int
-
-
-@dataclass
 class EpisodeResult:
     task: Task
     sample: int
     transcript: Transcript
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)  # as parsed, with the answer and turn
     finished: bool = False
     final_message: str = ""
     stop_reason: str = ""
     generated_tokens: int = 0
     report: TestReport | None = None
     files_after: dict[str, str] = field(default_factory=dict)
-    record: TokenRecord = field(default_factory=lambda: TokenRecord())
+    record: Trajectory = field(default_factory=Trajectory)
     grading_error: str | None = None  # the grader failed (infrastructure): no reward
     key: str = ""  # the submitter's label (the RL loop's group id)
     sandbox_seconds: float = 0.0  # tool calls and grading, wall-clock
-    segments: list[TokenRecord] = field(default_factory=list)  # closed by compactions
+    segments: list[Trajectory] = field(default_factory=list)  # closed by compactions
     summaries: list[str] = field(default_factory=list)
     # What each compaction carried into the condensed context beyond the task: the summary,
     # or the kept turns of a truncation (decoded), in order.
@@ -91,8 +83,8 @@ class EpisodeResult:
     compacted_after_turns: list[int] = field(default_factory=list)
 
     @property
-    def records(self) -> list[TokenRecord]:
-        """Every segment's token record, in order (one unless the episode's context was condensed)."""
+    def records(self) -> list[Trajectory]:
+        """Every segment's trajectory, in order (one unless the episode's context was condensed)."""
         return [*self.segments, self.record]
 
     @property
@@ -101,49 +93,16 @@ class EpisodeResult:
 
     @property
     def malformed_calls(self) -> int:
-        return sum(1 for c in self.calls if not c.call.ok)
+        return sum(1 for c in self.calls if c.malformed)
 
 
-@dataclass
-class TokenRecord:
-    """The episode exactly as the engine saw it, token in and token out.
-
-    `tokens` is the whole context (prompt, the policy's tokens, tool outputs); `sampled`
-    marks the tokens the policy drew, with their behaviour logprobs and policy versions;
-    `routing` (when recorded) holds, for every token, the experts each MoE layer chose the
-    first time the engine processed it. This is what the RL trainer trains on: nothing is
-    re-tokenized.
-    """
-
-    tokens: list[int] = field(default_factory=list)
-    sampled: list[bool] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    routing: list[list[list[int]]] = field(default_factory=list)
-
-    def add_context(self, ids: list[int]) -> None:
-        self.tokens += ids
-        self.sampled += [False] * len(ids)
-        self.logprobs += [0.0] * len(ids)
-        self.versions += [-1] * len(ids)
-
-    def add_generation(self, generation: GenerationResult) -> None:
-        n = len(generation.token_ids)
-        if len(generation.logprobs) != n or len(generation.versions) != n:
-            raise RuntimeError("the engine returned per-token records that do not line up")
-        self.tokens += generation.token_ids
-        self.sampled += [True] * n
-        self.logprobs += list(generation.logprobs)
-        self.versions += list(generation.versions)
-        if generation.routing is not None:
-            # Rows for the tokens this request processed first (earlier ones were routed
-            # by the request that first saw them).
-            self.routing += generation.routing[len(self.routing) :].tolist()
-
-    @property
-    def routed_prefix(self) -> int:
-        """How many leading tokens have routing (the trailing tool output may not)."""
-        return len(self.routing)
+def record_generation(record: Trajectory, generation: GenerationResult) -> None:
+    """Append one engine answer to the segment's trajectory: its tokens as sampled, and the
+    routing of the tokens this request processed first (earlier ones were routed by the
+    request that first saw them; the engine's rows start at the context's first token)."""
+    routing = generation.routing
+    rows = None if routing is None else routing[record.routed_prefix :].tolist()
+    record.add_sampled(generation.token_ids, generation.logprobs, generation.versions, rows)
 
 
 class RunnerConfig(BaseModel):
@@ -393,7 +352,7 @@ class EpisodeRunner:
     def _condense(self, state: _Live, generation: GenerationResult) -> None:
         """The summary came back: close this segment, continue from the condensed context."""
         result = state.result
-        result.record.add_generation(generation)
+        record_generation(result.record, generation)
         text = self.tokenizer.decode(generation.token_ids)
         result.generated_tokens += len(generation.token_ids)
         result.transcript.segments.append(Segment("summary", text))
@@ -401,7 +360,7 @@ class EpisodeRunner:
         result.compactions.append(result.summaries[-1])
         result.compacted_after_turns.append(state.turns)
         result.segments.append(result.record)
-        result.record = TokenRecord()
+        result.record = Trajectory()
         prompt = condensed_prompt(
             result.task.instruction, result.summaries[-1], len(result.summaries)
         )
@@ -423,7 +382,7 @@ class EpisodeRunner:
         start = truncation_start(state.turn_starts, len(state.ids), room)
         kept = state.ids[start:]
         result.segments.append(result.record)
-        result.record = TokenRecord()
+        result.record = Trajectory()
         result.compactions.append(self.tokenizer.decode(kept))
         result.compacted_after_turns.append(state.turns)
         result.transcript.segments.append(Segment("prompt", prompt + result.compactions[-1]))
@@ -437,7 +396,7 @@ class EpisodeRunner:
             return
         result = state.result
         token_ids = generation.token_ids
-        result.record.add_generation(generation)
+        record_generation(result.record, generation)
         text = self.tokenizer.decode(token_ids)
         result.generated_tokens += len(token_ids)
         result.transcript.segments.append(Segment("tool_call", text))
@@ -452,12 +411,13 @@ class EpisodeRunner:
         call = parsed.calls[0]
         if not complete or not call.ok:
             error = call.error or "incomplete tool call"
-            record = CallRecord(call, False, "", f"malformed tool call: {error}", state.turns)
+            answered = {"ok": False, "output": "", "error": f"malformed tool call: {error}"}
         else:
             began = time.monotonic()
             answer = state.sandbox.call(call.name, dict(call.arguments))
             result.sandbox_seconds += time.monotonic() - began
-            record = CallRecord(call, answer.ok, answer.output, answer.error, state.turns)
+            answered = {"ok": answer.ok, "output": answer.output, "error": answer.error}
+        record = call.model_copy(update={**answered, "turn": state.turns})
         result.calls.append(record)
         if call.name == "finish" and record.ok:
             result.finished = True
@@ -505,18 +465,7 @@ def episode_view(result: EpisodeResult, tokenizer: ComposerTokenizer) -> Episode
                 if render.kind in ("tool_call", "summary")
             ),
         ),
-        tool_calls=tuple(
-            EpisodeToolCall(
-                name=c.call.name,
-                arguments=dict(c.call.arguments),
-                ok=c.ok,
-                output=c.output,
-                error=c.error,
-                malformed=not c.call.ok,
-                turn=c.turn,
-            )
-            for c in result.calls
-        ),
+        tool_calls=tuple(result.calls),
         final_message=result.final_message,
         diff=unified_diff(before, after),
         changed_files=changed,

@@ -21,13 +21,18 @@ The first line of a call is the tool name; each argument is a `@@name` line foll
 its raw value and one newline. A value line that itself starts with `@@` is written with a
 leading backslash (and a backslash before such a line is doubled), so every string
 round-trips. Parsing never raises: a call that cannot be read comes back flagged.
+
+A parsed call is composer-rewards' `ToolCall`, the one type of a tool call: parsed, it has a
+name and arguments (or `malformed` with the reason in `error`); the episode runner adds the
+sandbox's answer and the turn, and reward plugins read that same object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
+from composer_rewards import ToolCall
 from composer_rl.agent.tools import TOOLS
 
 SYSTEM = "<|system|>"
@@ -48,17 +53,9 @@ SYSTEM_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """One parsed call. `error` is set (and `ok` false) when the text was malformed."""
-
-    name: str
-    arguments: dict[str, str | int] = field(default_factory=dict)
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+def _malformed(name: str, error: str, arguments: dict[str, str | int] | None = None) -> ToolCall:
+    """A call that cannot be run as written: `malformed`, not `ok`, and why."""
+    return ToolCall(name=name, arguments=arguments or {}, ok=False, error=error, malformed=True)
 
 
 def _escape_line(line: str) -> str:
@@ -75,7 +72,7 @@ def _unescape_line(line: str) -> str:
     return line
 
 
-def render_call_body(name: str, arguments: dict[str, str | int]) -> str:
+def render_call_body(name: str, arguments: Mapping[str, object]) -> str:
     """The text between `<|tool_call|>` and `<|/tool_call|>`."""
     parts = [name, "\n"]
     for key, value in arguments.items():
@@ -104,10 +101,10 @@ def parse_call_body(body: str) -> ToolCall:
     name, newline, rest = body.partition("\n")
     name = name.strip()
     if name not in TOOLS:
-        return ToolCall(name=name, error=f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
+        return _malformed(name, f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
     spec = TOOLS[name]
     if not newline or (not rest.endswith("\n") and rest):
-        return ToolCall(name=name, error="the call must end with a newline before its end marker")
+        return _malformed(name, "the call must end with a newline before its end marker")
     arguments: dict[str, str | int] = {}
     current: str | None = None
     lines: list[str] = []
@@ -121,23 +118,23 @@ def parse_call_body(body: str) -> ToolCall:
             close()
             current, lines = line[len(ARG_PREFIX) :], []
             if current not in spec.arguments:
-                return ToolCall(name=name, error=f"{name} takes no argument {current!r}")
+                return _malformed(name, f"{name} takes no argument {current!r}")
             if current in arguments:
-                return ToolCall(name=name, error=f"argument {current!r} given twice")
+                return _malformed(name, f"argument {current!r} given twice")
         elif current is None:
-            return ToolCall(name=name, error=f"text before the first {ARG_PREFIX}argument line")
+            return _malformed(name, f"text before the first {ARG_PREFIX}argument line")
         else:
             lines.append(line)
     close()
     missing = [a for a in spec.required if a not in arguments]
     if missing:
-        return ToolCall(name=name, arguments=arguments, error=f"missing argument(s) {missing}")
+        return _malformed(name, f"missing argument(s) {missing}", arguments)
     for key in spec.integer:
         if key in arguments:
             try:
                 arguments[key] = int(str(arguments[key]).strip())
             except ValueError:
-                return ToolCall(name=name, arguments=arguments, error=f"{key} must be an integer")
+                return _malformed(name, f"{key} must be an integer", arguments)
     return ToolCall(name=name, arguments=arguments)
 
 
@@ -173,7 +170,7 @@ def parse_output(text: str) -> ParsedTurn:
             calls.append(parse_call_body(body))
         else:
             unterminated = True
-            calls.append(ToolCall(name=body.partition("\n")[0].strip(), error="unterminated call"))
+            calls.append(_malformed(body.partition("\n")[0].strip(), "unterminated call"))
     return ParsedTurn(
         text=text, calls=calls, finished_turn=END_OF_TURN in text, unterminated=unterminated
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from composer_rl.agent.format import END_OF_TURN, ToolCall
+from composer_rewards import ToolCall
+from composer_rl.agent.format import END_OF_TURN
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox
 from composer_rl.agent.summarize import SUMMARY_REQUEST, condensed_prompt
 from composer_rl.agent.transcript import Segment, Transcript, tool_output_text
@@ -21,15 +22,23 @@ FINISH_MESSAGE = "Done."
 
 
 def oracle_calls(task: Task) -> list[ToolCall]:
-    calls = [ToolCall("read_file", {"path": p}) for p in task.metadata.get("context_files", [])]
+    calls = [
+        ToolCall(name="read_file", arguments={"path": p})
+        for p in task.metadata.get("context_files", [])
+    ]
     for edit in task.solution:
         if edit.old is None:
-            calls.append(ToolCall("write_file", {"path": edit.path, "content": edit.new}))
+            calls.append(
+                ToolCall(name="write_file", arguments={"path": edit.path, "content": edit.new})
+            )
         else:
             calls.append(
-                ToolCall("edit_file", {"path": edit.path, "old": edit.old, "new": edit.new})
+                ToolCall(
+                    name="edit_file",
+                    arguments={"path": edit.path, "old": edit.old, "new": edit.new},
+                )
             )
-    calls.append(ToolCall("finish", {"message": FINISH_MESSAGE}))
+    calls.append(ToolCall(name="finish", arguments={"message": FINISH_MESSAGE}))
     return calls
 
 

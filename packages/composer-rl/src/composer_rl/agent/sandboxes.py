@@ -34,14 +34,11 @@ from composer_rl.tasks.model import GRADING_DIR, Task
 
 
 def sandbox_task(task: Task, files: dict[str, str] | None = None) -> SandboxTask:
-    """The composer-infra `Task` a sandbox is opened with for `task`: its repository
-    (`files`, default the task's own files, never its hidden tests unless passed here)."""
-    return SandboxTask(
-        task_id=task.id,
-        instruction=task.instruction,
-        files=task.files if files is None else files,
-        test_command=task.test_command,
-    )
+    """The composer-infra `Task` a sandbox is opened with for `task`: the part of it that
+    composer-rl's `Task` inherits, with `files` (default the task's own) as its repository.
+    Never the hidden tests, solution or labels: a sandbox records its task in snapshots."""
+    fields = task.model_dump(include=set(SandboxTask.model_fields))
+    return SandboxTask.model_validate(fields if files is None else {**fields, "files": files})
 
 
 def open_sandbox(

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from composer_rewards import ToolCall
 from composer_rl.agent.format import (
     END_OF_TURN,
-    ToolCall,
     render_call,
     render_prompt,
     render_result,

@@ -31,7 +31,8 @@ import torch
 
 from composer_model import ComposerModel, ComposerTokenizer, GenerationResult, ModelConfig
 from composer_model import save_pretrained as save_model
-from composer_rl.agent.format import ToolCall, render_call
+from composer_rewards import ToolCall
+from composer_rl.agent.format import render_call
 from composer_rl.agent.quick import random_checkpoint
 
 BaselineName = Literal["do_nothing", "random"]
@@ -64,7 +65,7 @@ class FinishAtOnceEngine:
     def __init__(self, tokenizer: ComposerTokenizer, max_batch_size: int, max_seq_len: int) -> None:
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len
-        self.text = render_call(ToolCall("finish", {"message": self.MESSAGE}))
+        self.text = render_call(ToolCall(name="finish", arguments={"message": self.MESSAGE}))
         self.token_ids = tokenizer.encode(self.text)
         self._pending: dict[str, list[int]] = {}
         self._ids = itertools.count()

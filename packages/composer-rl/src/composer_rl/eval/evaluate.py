@@ -285,7 +285,9 @@ def summarize(
         "tool_calls_per_episode": statistics.fmean(len(r.calls) for r in results)
         if results
         else 0.0,
-        "well_formed_call_rate": (sum(c.call.ok for c in calls) / len(calls)) if calls else 0.0,
+        "well_formed_call_rate": (sum(not c.malformed for c in calls) / len(calls))
+        if calls
+        else 0.0,
         "python_files_written": total_py,
         "valid_python_rate": (valid / total_py) if total_py else None,
         "finished_rate": statistics.fmean(r.finished for r in results) if results else 0.0,
@@ -457,7 +459,7 @@ def write_report(summary: dict[str, Any], results: list[EpisodeResult], path: Pa
             "stop_reason": r.stop_reason,
             "generated_tokens": r.generated_tokens,
             "calls": [
-                {"name": c.call.name, "ok": c.ok, "well_formed": c.call.ok, "error": c.error}
+                {"name": c.name, "ok": c.ok, "well_formed": not c.malformed, "error": c.error}
                 for c in r.calls
             ],
             "transcript": r.transcript.text,

@@ -1,11 +1,9 @@
-"""The trained unit: sampled sequences with everything the RL loss needs, and their packing.
+"""The trained unit's packing: trajectories laid out as the tensors the RL loss reads.
 
-A `Trajectory` is one sequence exactly as the inference engine produced it, token in and
-token out: the ids (prompt, the policy's tokens, the tool outputs appended between turns),
-which of them the policy sampled, the behaviour log-probability and policy version of each
-sampled token, and the experts every token was routed to at every MoE layer (for router
-replay). Nothing is re-tokenized on the way to the trainer. A self-summarized episode is
-several trajectories that share the episode's reward.
+The trained unit is composer-infra's `Trajectory` (`composer_infra.checkpoint`): one
+sequence exactly as the inference engine produced it, token in and token out, recorded by
+the episode runner, persisted in the group checkpoint and packed here, the one type from
+the engine to the trainer. `PackedBatch` is only its tensor form.
 
 `pack` lays a list of trajectories out as one packed row (documents never attend across
 each other) with target-aligned tensors: entry ``t`` describes the prediction of token
@@ -15,64 +13,11 @@ each other) with target-aligned tensors: entry ``t`` describes the prediction of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class Trajectory:
-    """One sequence of an episode, with per-token sampling records.
-
-    Persisted inside the group checkpoint (`composer_rl.rl.orchestrator.group_to_record`).
-    """
-
-    tokens: list[int]
-    sampled: list[bool]
-    logprobs: list[float]  # behaviour logprob per token (0.0 where not sampled)
-    versions: list[int]  # policy version per token (-1 where not sampled)
-    routing: list[list[list[int]]] | None = None  # [tokens][moe layers][top_k]
-    reward: float | None = None
-    advantage: float | None = None
-    group_id: str = ""
-    episode_id: str = ""
-    segment: int = 0  # index within a self-summarized episode
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        n = len(self.tokens)
-        lengths = {
-            "sampled": len(self.sampled),
-            "logprobs": len(self.logprobs),
-            "versions": len(self.versions),
-        }
-        if self.routing is not None:
-            lengths["routing"] = len(self.routing)
-        wrong = {k: v for k, v in lengths.items() if v != n}
-        if wrong:
-            raise ValueError(f"trajectory of {n} tokens has per-token fields of lengths {wrong}")
-        if self.sampled and self.sampled[0]:
-            raise ValueError("the first token of a trajectory is context, never sampled")
-        bad = [
-            i
-            for i, (s, v) in enumerate(zip(self.sampled, self.versions, strict=True))
-            if s and v < 0
-        ]
-        if bad:
-            raise ValueError(f"sampled tokens {bad[:5]} carry no policy version")
-
-    @property
-    def sampled_versions(self) -> list[int]:
-        return [v for s, v in zip(self.sampled, self.versions, strict=True) if s]
-
-    @property
-    def num_sampled(self) -> int:
-        return sum(self.sampled)
-
-    def oldest_version(self) -> int | None:
-        versions = self.sampled_versions
-        return min(versions) if versions else None
+from composer_infra.checkpoint import Trajectory
 
 
 @dataclass
@@ -135,4 +80,4 @@ def pack(trajectories: Sequence[Trajectory]) -> PackedBatch:
     )
 
 
-__all__ = ["PackedBatch", "Trajectory", "pack"]
+__all__ = ["PackedBatch", "pack"]

@@ -13,33 +13,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerTokenizer
 from composer_rewards import Episode, EpisodeScore
 from composer_rl.agent.episode import EpisodeResult, episode_view, unified_diff
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.orchestrator import ScoredEpisode
 
 
 def trajectories_of(result: EpisodeResult) -> list[Trajectory]:
-    """The episode's token records as trajectories: one per segment of a self-summarized
-    chain (they share the episode's reward); segments the policy wrote nothing in are left out."""
+    """The episode's trajectories, labelled: one per segment of a self-summarized chain
+    (they share the episode's reward), cut where their routing ends (a trailing tool output
+    no request processed has none); segments the policy wrote nothing in are left out."""
     episode_id = f"{result.key or result.task.id}.s{result.sample}"
     out = []
     for index, record in enumerate(result.records):
         n = record.routed_prefix if record.routing else len(record.tokens)
         if n < 2 or not any(record.sampled[:n]):
             continue
-        out.append(
-            Trajectory(
-                tokens=record.tokens[:n],
-                sampled=record.sampled[:n],
-                logprobs=record.logprobs[:n],
-                versions=record.versions[:n],
-                routing=record.routing[:n] if record.routing else None,
-                episode_id=episode_id,
-                segment=index,
-            )
-        )
+        trajectory = record.prefix(n)  # checked again: what the trainer gets lines up
+        trajectory.episode_id, trajectory.segment = episode_id, index
+        out.append(trajectory)
     return out
 
 

@@ -10,7 +10,8 @@ work:
   between decode steps). Slots are refilled as groups are handed out, so generation goes on
   while the trainer steps.
 - **trainer**: `train_rl(trajectories, state)` on the training service: one step of the
-  project's training step with the RL loss, then version v+1 is published.
+  project's training step with the RL loss, then version v+1 is published; it answers a
+  typed `StepResult` (`composer_rl.rl.trainer`).
 
 A finished group (G episodes of one task) is scored through the one plugin manager, gets
 Dr. GRPO advantages, is written to the group checkpoint store (never regenerated after a
@@ -39,17 +40,20 @@ from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from composer_infra.checkpoint import EpisodeRecord, FinishedGroup, GroupStore
+from composer_infra.checkpoint import FinishedGroup, GroupStore, Trajectory
 from composer_rl.rl.algorithm import GroupAdvantages, group_advantages
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.fates import Fate, fate_record
 from composer_rl.rl.lineage import STEP, VersionTree
 from composer_rl.rl.sampler import TaskSampler
 from composer_rl.tasks.model import Task
+
+if TYPE_CHECKING:  # the trainer's answer (its module, the model's step, is not needed here)
+    from composer_rl.rl.trainer import StepResult
 
 
 class Endpoint(Protocol):
@@ -142,12 +146,22 @@ class _OpenGroup:
 
 @dataclass
 class ReadyGroup:
+    """A finished group waiting for a batch: its trainable trajectories, by reference (the
+    versions the staleness rule reads are computed from them, never copied beside them)."""
+
     group_id: str
     task_id: str
     trajectories: list[Trajectory]
-    oldest_version: int
-    versions: frozenset[int] = frozenset()  # every version that sampled a token (with oldest)
     resumed: bool = False  # finished before this process started, not trained since
+
+    @cached_property
+    def versions(self) -> frozenset[int]:
+        """Every policy version that sampled a token of the group."""
+        return frozenset(v for t in self.trajectories for v in t.sampled_versions)
+
+    @property
+    def oldest_version(self) -> int:
+        return min(self.versions)
 
     def lag(self, version: int, lineage: VersionTree | None = None) -> int | None:
         """Optimizer steps from the furthest weights that sampled a token of the group to
@@ -155,7 +169,7 @@ class ReadyGroup:
         Without a tree (or a restart), `version` minus the oldest version."""
         if lineage is None:
             return version - self.oldest_version
-        lags = [lineage.lag(v, version) for v in self.versions | {self.oldest_version}]
+        lags = [lineage.lag(v, version) for v in self.versions]
         return None if None in lags else max(lag for lag in lags if lag is not None)
 
 
@@ -195,74 +209,13 @@ def wants_more_groups(config: OrchestratorConfig, open_: int, ready: int, traini
     )
 
 
-"""Turns one rollout result into a scored episode (rewards and monitors through the plugins)."""
-
-
-def group_to_record(group_id: str, task_id: str, trajs: list[Trajectory]) -> FinishedGroup:
-    """The group checkpoint form (composer-infra's `FinishedGroup`) of a finished group."""
-    episodes = []
-    for traj in trajs:
-        first = traj.sampled.index(True) if True in traj.sampled else len(traj.tokens)
-        episodes.append(
-            EpisodeRecord(
-                episode_id=f"{traj.episode_id}.{traj.segment}",
-                prompt_tokens=traj.tokens[:first],
-                completion_tokens=traj.tokens[first:],
-                policy_versions=traj.versions[first:],
-                logprobs=traj.logprobs[first:],
-                reward=0.0 if traj.reward is None else traj.reward,
-                advantage=0.0 if traj.advantage is None else traj.advantage,
-                metadata={
-                    "solved": traj.metadata.get("solved"),
-                    "sampled": traj.sampled[first:],
-                    "routing": traj.routing,
-                    "reward_missing": traj.reward is None,
-                    "advantage_missing": traj.advantage is None,
-                    "episode_id": traj.episode_id,
-                    "segment": traj.segment,
-                },
-            )
-        )
-    return FinishedGroup(group_id=group_id, prompt_id=task_id, episodes=episodes)
-
-
-def record_to_trajectories(group: FinishedGroup) -> list[Trajectory]:
-    out = []
-    for ep in group.episodes:
-        meta = ep.metadata
-        n_prompt = len(ep.prompt_tokens)
-        out.append(
-            Trajectory(
-                tokens=ep.prompt_tokens + ep.completion_tokens,
-                sampled=[False] * n_prompt + list(meta["sampled"]),
-                logprobs=[0.0] * n_prompt + list(ep.logprobs or []),
-                versions=[-1] * n_prompt + list(ep.policy_versions),
-                routing=meta.get("routing"),
-                reward=None if meta.get("reward_missing") else ep.reward,
-                advantage=None if meta.get("advantage_missing") else ep.advantage,
-                group_id=group.group_id,
-                episode_id=meta.get("episode_id", ep.episode_id),
-                segment=int(meta.get("segment", 0)),
-                metadata={"solved": meta["solved"]} if meta.get("solved") is not None else {},
-            )
-        )
-    return out
-
-
 def ready_from_trajectories(
     group_id: str, task_id: str, trajs: list[Trajectory]
 ) -> ReadyGroup | None:
     trainable = [t for t in trajs if t.advantage is not None and t.num_sampled]
-    versions = [v for t in trainable for v in t.sampled_versions]
-    if not trainable or not versions:
+    if not trainable:
         return None
-    return ReadyGroup(
-        group_id=group_id,
-        task_id=task_id,
-        trajectories=trainable,
-        oldest_version=min(versions),
-        versions=frozenset(versions),
-    )
+    return ReadyGroup(group_id=group_id, task_id=task_id, trajectories=trainable)
 
 
 def record_is_constant(trajs: list[Trajectory], by: Literal["reward", "correctness"]) -> bool:
@@ -429,7 +382,7 @@ class Orchestrator:
                     resumed=True,
                 )
                 continue
-            trajs = record_to_trajectories(self.groups.get(gid))
+            trajs = self.groups.get(gid).episodes
             episodes: dict[str, Trajectory] = {t.episode_id: t for t in trajs}
             ready = self._admit(
                 gid,
@@ -514,7 +467,9 @@ class Orchestrator:
     def _finish_group(self, group: _OpenGroup) -> None:
         self.counters.groups_finished += 1
         trajs, advantages = assign_advantages(group.episodes)
-        self.groups.put(group_to_record(group.group_id, group.task.id, trajs))
+        self.groups.put(
+            FinishedGroup(group_id=group.group_id, prompt_id=group.task.id, episodes=trajs)
+        )
         ready = self._admit(
             group.group_id,
             group.task.id,
@@ -712,11 +667,10 @@ class Orchestrator:
                 self._take_episodes(poll.result())
                 poll = None
             if train is not None and train.done():
-                stats = train.result()
+                result: StepResult = train.result()
                 train = None
                 idle_since = time.monotonic()
-                self.step = int(stats["step"])
-                self.version = int(stats["version"])
+                self.step, self.version = result.step, result.version
                 if self.config.sync:
                     # Alternating means the next batch is sampled by exactly this version.
                     self.rollout.call(
@@ -724,7 +678,7 @@ class Orchestrator:
                     ).result()
                 self.consumed |= {g.group_id for g in batch}
                 self._record_trained(batch)
-                row = self._step_row(stats, batch, time.monotonic() - step_began)
+                row = self._step_row(result, batch, time.monotonic() - step_began)
                 step_began = time.monotonic()
                 history.append(row)
                 if self.on_step is not None:
@@ -774,7 +728,7 @@ class Orchestrator:
             )
 
     def _step_row(
-        self, stats: dict[str, Any], batch: list[ReadyGroup], seconds: float
+        self, result: StepResult, batch: list[ReadyGroup], seconds: float
     ) -> dict[str, Any]:
         trained = self.version - 1  # the weights the step was taken on
         # (None, a lineage the tree cannot place, never passes the staleness rule.)
@@ -794,7 +748,7 @@ class Orchestrator:
                 components.setdefault(k, []).append(v)
             flags.update(e.flags.keys())
         row: dict[str, Any] = {
-            **stats,
+            **result.metrics(),
             "kind": STEP,
             "life": self.lineage.life,
             "groups": len(batch),
@@ -810,9 +764,7 @@ class Orchestrator:
             "monitor_flags": dict(flags),
             "generated_tokens": self._gen_tokens,
             "generation_tokens_per_s": self._gen_tokens / seconds if seconds > 0 else 0.0,
-            "training_tokens_per_s": stats.get("tokens", 0) / stats["train_seconds"]
-            if stats.get("train_seconds")
-            else 0.0,
+            "training_tokens_per_s": result.tokens_per_s,
             "trainer_idle_s": self._trainer_idle_s,
             "sandbox_s": self._sandbox_s,
             "step_seconds": seconds,
@@ -834,7 +786,5 @@ __all__ = [
     "ReadyGroup",
     "ScoreFn",
     "ScoredEpisode",
-    "group_to_record",
-    "record_to_trajectories",
     "wants_more_groups",
 ]

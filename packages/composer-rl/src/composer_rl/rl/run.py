@@ -44,12 +44,13 @@ from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.fates import FATES_LOG, FateLog
 from composer_rl.rl.jsonl import cut_torn_tail, read_jsonl
-from composer_rl.rl.lineage import RESTART, VersionTree, final_lineage
+from composer_rl.rl.lineage import RESTART, final_lineage
 from composer_rl.rl.orchestrator import Orchestrator, ScoredEpisode, group_task
 from composer_rl.rl.sampler import LearnabilityConfig, TaskSampler, UpsamplingConfig
 from composer_rl.rl.services.evaluation import EvaluationService
 from composer_rl.rl.services.inference import InferenceService
 from composer_rl.rl.services.training import TrainingConfig, TrainingService
+from composer_rl.rl.trainer import ResumeState
 from composer_rl.tasks import (
     BuiltinTaskSource,
     DirectoryTaskSource,
@@ -343,21 +344,21 @@ class RunLog:
         self.step(record)
         return record
 
-    def resume_fates(self, resumed: dict[str, Any], lineage: VersionTree) -> dict[str, Any] | None:
+    def resume_fates(self, resumed: ResumeState) -> dict[str, Any] | None:
         """Mark a resume in the fate log (`FateLog.restart`): the fates the killed run
         decided after the restored checkpoint are voided, to be decided again. Written at
         every resume of a trainer restored from a checkpoint (or a store) and whenever the
         log holds lines; a run's first start writes nothing."""
-        if not resumed["restored"] and not (self.run_dir / FATES_LOG).stat().st_size:
+        if not resumed.restored and not (self.run_dir / FATES_LOG).stat().st_size:
             return None
-        from_step = int(resumed["step"])
+        from_step, lineage = resumed.step, resumed.lineage
         rows = final_lineage(read_jsonl(self.run_dir / "metrics.jsonl"))
-        loop = resumed["loop"]
+        loop = resumed.loop
         return self.fates.restart(
             from_step=from_step,
             life=lineage.life,
-            version=int(resumed["version"]),
-            restored_version=lineage.lives[-1].restored_version if resumed["restored"] else None,
+            version=resumed.version,
+            restored_version=lineage.lives[-1].restored_version if resumed.restored else None,
             consumed=loop.get("consumed", []),
             dropped=loop.get("dropped", []),
             trained_at={
@@ -508,14 +509,13 @@ def run_rl(
     )
     log = RunLog(run_dir)
     try:
-        resumed = handles.trainer.call("resume_state").result()
+        resumed: ResumeState = handles.trainer.call("resume_state").result()
         handles.rollout.call("sync").result()
         handles.rollout.call("start_rollouts", str(tokenizer_path), config.rollout).result()
-        loop_state = resumed["loop"]
-        lineage = VersionTree.from_dict(resumed["lineage"])
+        loop_state, lineage = resumed.loop, resumed.lineage
         periodic = PeriodicEvaluation(config, handles.evaluation, str(tokenizer_path), log, job)
         # Before the orchestrator's own resume records what it decides again.
-        log.resume_fates(resumed, lineage)
+        log.resume_fates(resumed)
 
         first_boundary: dict[str, float] = {}
 
@@ -540,8 +540,8 @@ def run_rl(
             handles.rollout,
             handles.trainer,
             lambda raw: score_result(raw, session.score, tokenizer),
-            start_step=int(resumed["step"]),
-            start_version=int(resumed["version"]),
+            start_step=resumed.step,
+            start_version=resumed.version,
             lineage=lineage,
             consumed=set(loop_state.get("consumed", [])),
             dropped=set(loop_state.get("dropped", [])),
@@ -550,7 +550,7 @@ def run_rl(
             step_boundary=step_boundary,
             on_fate=log.fates.record,
         )
-        if resumed["restored"]:
+        if resumed.restored:
             log.restart(orchestrator, lineage.lives[-1].restored_version)
         # Requests queued before the first step, and a killed predecessor's run-time
         # plugins restored: recorded in the first step's metrics line.

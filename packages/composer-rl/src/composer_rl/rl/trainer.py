@@ -24,13 +24,17 @@ remains is a metric.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerModel, ModelOutput, PackedRow, StepStats, train_step
 from composer_model.training import StepInputs, layout_of, run_forward, shard_row, step_labels
 from composer_parallel import Parallel, attention_cost_ratio
-from composer_rl.rl.batch import PackedBatch, Trajectory, pack
+from composer_rl.rl.batch import PackedBatch, pack
+from composer_rl.rl.lineage import VersionTree
 from composer_rl.rl.loss import (
     GlobalBatch,
     RLLoss,
@@ -162,4 +166,47 @@ def rl_step(
     return train_step(model, optimizer, objective, grad_clip=grad_clip, lr=lr, parallel=parallel)
 
 
-__all__ = ["rl_forward_loss", "rl_row", "rl_step", "rl_targets"]
+@dataclass(frozen=True)
+class StepResult:
+    """The training service's answer to one optimizer step (`train_rl`, `train_step`).
+
+    Typed, so the loop reads `result.version` rather than `stats["version"]`: a renamed or
+    missing field fails the type check instead of a run. A plain dataclass, so it pickles
+    across Ray. `metrics()` is its flat form, the trainer's part of a metrics-log row.
+    """
+
+    step: int  # optimizer steps taken so far
+    version: int  # the policy version the step published
+    stats: StepStats  # the loss, gradient norm, learning rate and the objective's metrics
+    tokens: int  # tokens in the batch (every rank's)
+    sequences: int  # sequences in the batch
+    train_seconds: float  # the step and its publishing, wall-clock
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            **self.stats.as_dict(),
+            "step": self.step,
+            "version": self.version,
+            "tokens": self.tokens,
+            "sequences": self.sequences,
+            "train_seconds": self.train_seconds,
+        }
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.train_seconds if self.train_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """The training service's answer to `resume_state`: where its latest checkpoint (or
+    none) left it, typed for the loop like `StepResult`."""
+
+    step: int
+    version: int  # the policy version it publishes now (restored weights: a new one)
+    loop: dict[str, Any]  # the loop state the checkpoint holds (consumed, dropped groups)
+    lineage: VersionTree
+    restored: bool  # it restarted a killed trainer, starting a new life
+
+
+__all__ = ["ResumeState", "StepResult", "rl_forward_loss", "rl_row", "rl_step", "rl_targets"]

@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from composer_infra.sandbox import Task as SandboxTask
+
 GRADING_DIR = "_grading"
 """Folder the hidden tests are copied into at grading time (absent while the agent works)."""
 
@@ -118,16 +120,20 @@ class Edit(BaseModel):
         return out
 
 
-class Task(BaseModel):
-    """One coding task. `files` is what the agent sees; `tests` are hidden until grading."""
+class Task(SandboxTask):
+    """One coding task. `files` is what the agent sees; `tests` are hidden until grading.
 
-    model_config = ConfigDict(extra="forbid")
+    A composer-infra sandbox `Task` (id, instruction, files, test command, the tests the
+    grader must find and may see skip) with what a task suite adds: the hidden tests, the
+    oracle solution, category, difficulty and labels. Those fields are declared once, there;
+    here only the id is required (a task source names every task, and ids name files) and
+    the test command defaults to the hidden tests under `_grading/`. A sandbox is opened
+    with the composer-infra part alone (`composer_rl.agent.sandboxes.sandbox_task`).
+    """
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     category: Category
     difficulty: int = Field(ge=1, le=3)
-    instruction: str = Field(min_length=1)
-    files: dict[str, str]
     tests: dict[str, str] = Field(min_length=1)
     test_command: str = DEFAULT_TEST_COMMAND
     solution: list[Edit] = Field(default_factory=list)
@@ -135,7 +141,7 @@ class Task(BaseModel):
 
     @field_validator("files", "tests")
     @classmethod
-    def _paths_inside(cls, value: dict[str, str]) -> dict[str, str]:
+    def _relative_paths(cls, value: dict[str, str]) -> dict[str, str]:  # the sandbox's, stricter
         for path in value:
             check_relative_path(path)
         return value

@@ -248,11 +248,9 @@ def create_app(paths: list[Path], *, allowed_hosts: list[str] | None = None) -> 
         if path.exists():
             data = read_group(path)
             for record in data.get("episodes") or []:
-                meta = record.get("metadata") or {}
-                owner = str(meta.get("episode_id") or record.get("episode_id", ""))
+                owner = str(record.get("episode_id", ""))
                 if owner not in advantages:
-                    missing = meta.get("advantage_missing")
-                    advantages[owner] = None if missing else record.get("advantage")
+                    advantages[owner] = record.get("advantage")
         else:
             notes.append("no group file yet: advantages are computed when the group finishes")
         fate = run.group_fate(group_id, [r.reward for r in rows], [r.solved for r in rows])

@@ -1,10 +1,10 @@
 """Every token of an episode with the policy version that sampled it and its logprob.
 
 The episode line keeps only the set of versions; the tokens themselves are in the group's
-file under `groups/` (composer-infra's `FinishedGroup`: one `EpisodeRecord` per segment of
-the episode, `<episode>.<segment>`, with `policy_versions` and behaviour `logprobs` per
-completion token and `metadata.sampled` saying which of them the policy wrote; the rest
-are tool results fed back in). A group's file is written when its last episode finishes,
+file under `groups/` (composer-infra's `FinishedGroup`: one `Trajectory` per segment of the
+episode, with its `episode_id` and `segment`, and per token its `versions`, behaviour
+`logprobs` and `sampled` saying which of them the policy wrote; the rest are the prompt and
+tool results fed back in). A group's file is written when its last episode finishes,
 so a live episode may have no tokens yet; the page says so and shows the transcript.
 
 Token ids are decoded one by one with the run's tokenizer (the policy's `tokenizer.json`,
@@ -68,17 +68,13 @@ def read_group(path: Path) -> dict[str, Any]:
 
 
 def episode_segments(group: dict[str, Any], episode: str) -> list[dict[str, Any]]:
-    """The group's records of `episode` (one per context segment), in segment order."""
-    out = []
-    for record in group.get("episodes") or []:
-        if not isinstance(record, dict):
-            continue
-        meta = record.get("metadata") or {}
-        owner = meta.get("episode_id") if isinstance(meta, dict) else None
-        rid = str(record.get("episode_id", ""))
-        if owner == episode or (owner is None and rid.rpartition(".")[0] == episode):
-            out.append(record)
-    return sorted(out, key=lambda r: int((r.get("metadata") or {}).get("segment", 0) or 0))
+    """The group's trajectories of `episode` (one per context segment), in segment order."""
+    out = [
+        record
+        for record in group.get("episodes") or []
+        if isinstance(record, dict) and record.get("episode_id") == episode
+    ]
+    return sorted(out, key=lambda r: int(r.get("segment", 0) or 0))
 
 
 def token_view(records: list[dict[str, Any]], decoder: TokenDecoder | None) -> list[dict[str, Any]]:
@@ -95,18 +91,21 @@ def token_view(records: list[dict[str, Any]], decoder: TokenDecoder | None) -> l
 
     segments = []
     for record in records:
-        meta = record.get("metadata") or {}
-        prompt = list(record.get("prompt_tokens") or [])
-        completion = list(record.get("completion_tokens") or [])
+        tokens = list(record.get("tokens") or [])
+        written = list(record.get("sampled") or [])
+        # The context before the policy's first token; the rest, tool results included.
+        first = written.index(True) if True in written else len(tokens)
+        prompt, completion = tokens[:first], tokens[first:]
         shown = completion[:MAX_TOKENS]
         n = len(shown)
-        versions = list(record.get("policy_versions") or [])[:n]
-        logprobs = list(record.get("logprobs") or [])[:n]
-        sampled = list(meta.get("sampled") or [True] * n)[:n]
+        versions = list(record.get("versions") or [])[first : first + n]
+        logprobs = list(record.get("logprobs") or [])[first : first + n]
+        sampled = written[first : first + n]
+        segment = int(record.get("segment", 0) or 0)
         segments.append(
             {
-                "segment": int(meta.get("segment", 0) or 0),
-                "record": str(record.get("episode_id", "")),
+                "segment": segment,
+                "record": f"{record.get('episode_id', '')}.{segment}",
                 "reward": record.get("reward"),
                 "advantage": record.get("advantage"),
                 "prompt": pieces(prompt[-MAX_TOKENS:]),

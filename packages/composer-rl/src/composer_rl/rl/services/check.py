@@ -73,14 +73,14 @@ def run_round(
     step, seconds = _timed(
         lambda: get(services.training.train_step.remote(token_rows(vocab, 4, 24, 0), wait=True))
     )
-    version = int(step["version"])
+    version, loss = step.version, step.stats.loss
     if version != start_version + 1:
         raise CheckFailed(f"training: step published version {version}, not {start_version + 1}")
     results["training"] = {
         "seconds": seconds,
         "version": version,
-        "loss": step["loss"],
-        "summary": f"step {step['step']}: loss {step['loss']:.3f}, published v{version}",
+        "loss": loss,
+        "summary": f"step {step.step}: loss {loss:.3f}, published v{version}",
     }
 
     prompts = [row[:4] for row in token_rows(vocab, 2, 4, 5)]

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
-from composer_infra.checkpoint import StepCheckpointer
+from composer_infra.checkpoint import StepCheckpointer, Trajectory
 from composer_infra.store import (
     ObjectStore,
     PublisherConfig,
@@ -64,11 +64,10 @@ from composer_model import (
 from composer_model.model import positions_from_cu_seqlens
 from composer_parallel import attention_cost_ratio, full_state_dict
 from composer_rl.plugins import JobPlugins
-from composer_rl.rl.batch import Trajectory
 from composer_rl.rl.lineage import LINEAGE_FILE, VersionTree
 from composer_rl.rl.loss import RLLossConfig
 from composer_rl.rl.services._common import ModelSource, build_model, pack_sequences
-from composer_rl.rl.trainer import rl_step
+from composer_rl.rl.trainer import ResumeState, StepResult, rl_step
 from composer_rl.stages.config import ParallelConfig
 from composer_rl.stages.packing import PackedRows, batch_rows, make_batch, pack_documents
 
@@ -290,13 +289,13 @@ class TrainingService:
         *,
         wait: bool = False,
         loss_fn: LossFn | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepResult:
         """One optimizer step (`composer_model.train_step`) over `batch` (token id
         sequences, packed into one row with document boundaries).
 
         The objective is `loss_fn(model, input_ids, cu_seqlens)`, by default
-        `lm_forward_loss` (next-token + the config's MTP term). Returns the step's metrics
-        and the new policy version. Publishing runs in the background; `wait=True` (or
+        `lm_forward_loss` (next-token + the config's MTP term). Returns a `StepResult`: the
+        step's metrics and the new policy version. Publishing runs in the background; `wait=True` (or
         `flush()`) returns only once the version is visible in the store.
         """
         input_ids, cu_seqlens = pack_sequences(batch, self.model.config.vocab_size)
@@ -308,11 +307,12 @@ class TrainingService:
                 )
             return self._parallel_train_step(batch, input_ids, cu_seqlens, wait=wait)
         objective = loss_fn or _next_token_loss
-        stats = self._optimize(
-            lambda: self._step(lambda: objective(self.model, input_ids, cu_seqlens)), wait=wait
+        return self._optimize(
+            lambda: self._step(lambda: objective(self.model, input_ids, cu_seqlens)),
+            tokens=int(input_ids.numel()),
+            sequences=len(batch),
+            wait=wait,
         )
-        stats["tokens"] = int(input_ids.numel())
-        return stats
 
     def _parallel_train_step(
         self,
@@ -321,7 +321,7 @@ class TrainingService:
         cu_seqlens: torch.Tensor,
         *,
         wait: bool,
-    ) -> dict[str, Any]:
+    ) -> StepResult:
         """This rank's share of the next-token step on the whole `batch` (packed as given)."""
         assert self.parallel is not None
         parallel = self.parallel
@@ -341,16 +341,19 @@ class TrainingService:
                 parallel=parallel,
             )
 
-        stats = self._optimize(lambda: self._step(objective), wait=wait)
-        stats["tokens"] = int(input_ids.numel())
-        return stats
+        return self._optimize(
+            lambda: self._step(objective),
+            tokens=int(input_ids.numel()),
+            sequences=len(batch),
+            wait=wait,
+        )
 
     def train_rl(
         self,
         trajectories: Sequence[Trajectory],
         loop_state: dict[str, Any] | None = None,
         life: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepResult:
         """One RL step (`composer_rl.rl.trainer.rl_step`) on `trajectories`, published as
         the next policy version.
 
@@ -376,7 +379,7 @@ class TrainingService:
                 len(self.anchor), self.config.rl.anchor_rows, self.step, self.config.seed
             )
             anchor = make_batch(self.anchor, rows)
-        stats = self._optimize(
+        return self._optimize(
             lambda: rl_step(
                 self.model,
                 self.optimizer,
@@ -387,11 +390,10 @@ class TrainingService:
                 parallel=self.parallel,
                 reference=self.reference,
                 anchor=anchor,
-            )
+            ),
+            tokens=sum(len(t.tokens) for t in trajectories),
+            sequences=len(trajectories),
         )
-        stats["tokens"] = sum(len(t.tokens) for t in trajectories)
-        stats["sequences"] = len(trajectories)
-        return stats
 
     def _step(self, objective: Callable[[], StepObjective]) -> StepStats:
         """`composer_model.train_step` on `objective` at this step's learning rate."""
@@ -404,9 +406,11 @@ class TrainingService:
             parallel=self.parallel,
         )
 
-    def _optimize(self, step: Callable[[], StepStats], *, wait: bool = False) -> dict[str, Any]:
-        """One optimizer step (`step`: `_step` or the RL step), then version v+1 published
-        (and checkpointed on cadence)."""
+    def _optimize(
+        self, step: Callable[[], StepStats], *, tokens: int, sequences: int, wait: bool = False
+    ) -> StepResult:
+        """One optimizer step (`step`: `_step` or the RL step) on a batch of `tokens` in
+        `sequences`, then version v+1 published (and checkpointed on cadence)."""
         began = time.monotonic()
         try:
             stats = step()
@@ -420,12 +424,14 @@ class TrainingService:
             self.save_checkpoint()
         if wait:
             self.flush()
-        return {
-            **stats.as_dict(),
-            "step": self.step,
-            "version": self.policy_version,
-            "train_seconds": time.monotonic() - began,
-        }
+        return StepResult(
+            step=self.step,
+            version=self.policy_version,
+            stats=stats,
+            tokens=tokens,
+            sequences=sequences,
+            train_seconds=time.monotonic() - began,
+        )
 
     def save_checkpoint(self, loop_state: dict[str, Any] | None = None) -> str:
         """Write a step checkpoint now; returns its directory.
@@ -463,17 +469,17 @@ class TrainingService:
         self.parallel.barrier()
         return directory
 
-    def resume_state(self) -> dict[str, Any]:
+    def resume_state(self) -> ResumeState:
         """Step, version and loop state restored from the latest checkpoint (empty if none),
         with the version tree and whether this trainer restarted a killed one (`restored`:
         it republished restored weights under a new version, starting a new life)."""
-        return {
-            "step": self.step,
-            "version": self.policy_version,
-            "loop": self.loop_state,
-            "lineage": self.lineage.to_dict(),
-            "restored": self.restored,
-        }
+        return ResumeState(
+            step=self.step,
+            version=self.policy_version,
+            loop=self.loop_state,
+            lineage=self.lineage,
+            restored=self.restored,
+        )
 
     def flush(self) -> int:
         """Wait until every published version is in the store; returns the current version."""
