@@ -84,7 +84,7 @@ def test_episodes_run_their_tool_calls_in_the_service(
         runner.close()
     for result in results:
         assert result.stop_reason == "max_turns" and result.grading_error is None
-        assert [c.call.name for c in result.calls] == ["list_files"] * 2
+        assert [c.name for c in result.calls] == ["list_files"] * 2
         assert all(c.ok for c in result.calls)
         assert set(result.task.files) <= set(result.calls[0].output.split())
         assert result.report is not None and not result.solved

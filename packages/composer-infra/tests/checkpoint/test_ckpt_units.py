@@ -16,6 +16,7 @@ from composer_infra.checkpoint import (
     CheckpointError,
     FinishedGroup,
     GroupExists,
+    GroupFileError,
     GroupStore,
     StepCheckpointer,
     Trajectory,
@@ -149,6 +150,19 @@ def test_groups_are_write_once_and_pending_ones_are_found(tmp_path: Path) -> Non
         store.put(g0)
     assert store.get("p0") == g0
     assert [g.group_id for g in store.pending({"p0"})] == ["p1"]
+
+
+def test_a_group_file_of_another_format_is_one_line_naming_it(tmp_path: Path) -> None:
+    store = GroupStore(tmp_path)
+    # The format before one trajectory type: prompt / completion split, no per-token lists.
+    old = '{"group_id": "p0", "prompt_id": 0, "episodes": [{"prompt": [1], "completion": [2]}]}'
+    (tmp_path / "p0.json").write_text(old)
+    (tmp_path / "p1.json").write_text('{"group_id": "p1", "prompt')  # cut off mid-write
+    for gid in ("p0", "p1"):
+        with pytest.raises(GroupFileError) as caught:
+            store.get(gid)
+        message = str(caught.value)
+        assert "\n" not in message and f"{gid}.json" in message and "new one" in message
 
 
 def test_trajectory_token_alignment_is_checked() -> None:

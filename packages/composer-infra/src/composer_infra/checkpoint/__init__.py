@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from composer_infra.checkpoint.groups import (
         FinishedGroup,
         GroupExists,
+        GroupFileError,
         GroupStore,
         Trajectory,
     )
@@ -30,6 +31,7 @@ _EXPORTS = {
     "composer_infra.checkpoint.groups": (
         "FinishedGroup",
         "GroupExists",
+        "GroupFileError",
         "GroupStore",
         "Trajectory",
     ),
@@ -44,6 +46,7 @@ __all__ = [
     "CheckpointError",
     "FinishedGroup",
     "GroupExists",
+    "GroupFileError",
     "GroupStore",
     "StepCheckpointer",
     "StepState",

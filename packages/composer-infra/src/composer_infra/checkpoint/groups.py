@@ -11,11 +11,11 @@ away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from composer_infra.checkpoint.atomic import remove_temp_entries, write_once_bytes
 
@@ -136,9 +136,32 @@ class FinishedGroup(BaseModel):
     prompt_id: int | str
     episodes: list[Trajectory]
 
+    @field_validator("episodes", mode="before")
+    @classmethod
+    def _every_field_known_and_tokens_given(cls, episodes: Any) -> Any:
+        """Every field of a `Trajectory` has a default, so a record of another shape (an
+        older file's prompt / completion split) would otherwise load as empty trajectories
+        and be trained on as nothing."""
+        known = {f.name for f in fields(Trajectory)}
+        for i, item in enumerate(episodes if isinstance(episodes, list) else []):
+            if not isinstance(item, dict):
+                continue
+            unknown = sorted(set(item) - known)
+            if unknown or "tokens" not in item:
+                raise ValueError(
+                    f"episode {i} is not a trajectory: "
+                    + (f"unknown fields {unknown}" if unknown else "it has no tokens")
+                )
+        return episodes
+
 
 class GroupExists(FileExistsError):
     """The group was persisted before; groups are never regenerated or overwritten."""
+
+
+class GroupFileError(ValueError):
+    """A group file that does not hold a group of this format: damaged, or written before
+    groups were stored as whole trajectories (an older run directory cannot be resumed)."""
 
 
 class GroupStore:
@@ -164,7 +187,16 @@ class GroupStore:
         return self._path(group_id).exists()
 
     def get(self, group_id: str) -> FinishedGroup:
-        return FinishedGroup.model_validate_json(self._path(group_id).read_text())
+        path = self._path(group_id)
+        try:
+            return FinishedGroup.model_validate_json(path.read_text())
+        except (ValidationError, ValueError) as error:
+            first = str(error).splitlines()[0]
+            raise GroupFileError(
+                f"{path} is not a finished group of this format ({first}): it is damaged or "
+                "was written by an older composer-infra; resume from a run directory this "
+                "version wrote, or start a new one"
+            ) from None
 
     def ids(self) -> list[str]:
         return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
