@@ -1,7 +1,8 @@
 """The third-party example plugin, installed into a fresh environment.
 
-A virtual environment gets composer-rewards and composer-rl's code (without its heavy
-dependencies: the plugin machinery needs neither torch nor ray) but not the example. A
+A virtual environment gets composer-rewards, and composer-infra's and composer-rl's code
+without their heavy dependencies (the plugin machinery needs neither torch nor ray; a task
+is a composer-infra sandbox task, which needs pydantic and zstandard), but not the example. A
 job starts there; the example is then installed into the same environment, found
 through its entry point, and added to the running job with `composer-rl plugins add`.
 """
@@ -24,6 +25,7 @@ from composer_rl.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 REWARDS = ROOT / "packages" / "composer-rewards"
+INFRA = ROOT / "packages" / "composer-infra"
 RL = ROOT / "packages" / "composer-rl"
 EXAMPLE = ROOT / "examples" / "reward-plugin"
 SPEC = "composer_example_reward:TestsTouchedReward"
@@ -47,14 +49,26 @@ def uv(*args: str, cwd: Path) -> None:
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
-    """A fresh venv with composer-rewards and composer-rl (no deps), at this env's versions."""
+    """A fresh venv with composer-rewards, composer-infra and composer-rl (these two without
+    their dependencies but zstandard), at this env's versions."""
     location = tmp_path / "venv"
     uv("venv", "--python", sys.executable, str(location), cwd=tmp_path)
     python = location / "bin" / "python"
     pins = tmp_path / "pins.txt"
-    pins.write_text("".join(f"{p}=={version(p)}\n" for p in ("pluggy", "pydantic", "ruff")))
-    uv("pip", "install", "--python", str(python), "-c", str(pins), str(REWARDS), cwd=tmp_path)
-    uv("pip", "install", "--python", str(python), "--no-deps", str(RL), cwd=tmp_path)
+    light = ("pluggy", "pydantic", "ruff", "zstandard")
+    pins.write_text("".join(f"{p}=={version(p)}\n" for p in light))
+    uv(
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        "-c",
+        str(pins),
+        str(REWARDS),
+        "zstandard",
+        cwd=tmp_path,
+    )
+    uv("pip", "install", "--python", str(python), "--no-deps", str(INFRA), str(RL), cwd=tmp_path)
     return python
 
 
