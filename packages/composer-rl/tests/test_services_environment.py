@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 from _services_support import micro_agent
 
@@ -15,6 +16,7 @@ from composer_infra.sandbox import default_registry
 from composer_model import ComposerTokenizer, InferenceEngine, load_pretrained
 from composer_rl.agent.episode import EpisodeRunner, RunnerConfig
 from composer_rl.rl.services import JobEnvironmentService, ServiceSandboxes
+from composer_rl.rl.services.environment import ServiceSandbox
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task
 
 BWRAP_MISSING = default_registry().backends()["bwrap"].unavailable_reason()
@@ -91,3 +93,22 @@ def test_episodes_run_their_tool_calls_in_the_service(
         assert result.files_after == result.task.files
     stats = service.stats()
     assert (stats["opened"], stats["closed"], stats["calls"], stats["open"]) == (2, 2, 4, [])
+
+
+class _LostService:
+    """A service whose calls fail as Ray reports a lost actor, or with a bug of ours."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def call(self, *args: object) -> None:
+        raise self.error
+
+
+def test_a_lost_service_is_a_failed_tool_call_and_a_bug_still_raises() -> None:
+    lost = ServiceSandbox(_LostService(ray.exceptions.RayActorError()), "sb-1")
+    answer = lost.call("list_files", {})
+    assert not answer.ok and "environment service error: RayActorError" in (answer.error or "")
+    buggy = ServiceSandbox(_LostService(TypeError("ours")), "sb-1")
+    with pytest.raises(TypeError, match="ours"):
+        buggy.call("list_files", {})

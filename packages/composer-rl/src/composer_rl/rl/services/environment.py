@@ -57,10 +57,10 @@ class ServiceSandbox:
 
     def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         # The service answers a broken sandbox with an error result; a service that is gone
-        # (its node lost) must not end the episode loop either.
+        # (its node lost) must not end the episode loop either. A bug of ours still raises.
         try:
             result: ToolResult = _invoke(self.service, "call", self.sandbox_id, tool, arguments)
-        except Exception as exc:
+        except ray.exceptions.RayError as exc:
             return ToolResult.failure(f"environment service error: {type(exc).__name__}: {exc}")
         return result
 
