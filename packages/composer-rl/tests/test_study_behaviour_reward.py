@@ -16,12 +16,14 @@ import pytest
 from composer_rewards import BUILTIN_PLUGINS, Episode, PluginScorer, ToolCall, load_spec
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
 from composer_rl import cli
-from composer_rl.plugins.manager import build_plugin_manager
+from composer_rl.plugins.manager import build_plugin_manager, register_checked
+from composer_rl.rl.config import load_config
 from composer_rl.rl.episodes import read_episodes
 from composer_rl.studies import STUDIES, StudyOptions
 from composer_rl.studies.base import WatchedBehaviour
 from composer_rl.studies.behaviour_reward import (
     QUICK,
+    REWARD_WEIGHT,
     WATCHES,
     judge,
     rate,
@@ -71,6 +73,22 @@ def test_each_watched_behaviour_has_its_monitor_and_matching_reward(tmp_path: Pa
     assert REREAD.flag_key == "reread/reread" and REREAD.component == "redundant_reads"
     # The two behaviours' runs go to their own folders under --work-dir.
     assert run_dirs(tmp_path, REREAD)["control"] != run_dirs(tmp_path, TODO)["control"]
+
+
+@pytest.mark.parametrize("behaviour", sorted(WATCHES))
+def test_the_reward_added_mid_run_gets_the_weight_from_the_run_config(
+    tmp_path: Path, behaviour: WatchedBehaviour
+) -> None:
+    # The weight is in the run's config from the start, while the reward is blocked; the
+    # reward that `plugins add` registers later must be configured with it, not its default.
+    watch = WATCHES[behaviour]
+    config = load_config(None, run_settings(Path("m"), tmp_path, QUICK, {}, 0, watch))
+    pm = build_plugin_manager(config.plugin_run_config())
+    assert not pm.has_plugin(watch.reward_name)  # blocked until the add
+    reward: Any = load_spec(watch.reward_spec)
+    default = reward.settings.weight
+    register_checked(pm, reward, watch.reward_name)  # what the job does at the add
+    assert reward.settings.weight == REWARD_WEIGHT != default
 
 
 def _reads(*paths: str) -> Episode:

@@ -398,13 +398,19 @@ class StepStats:
 def train_step(
     model: ComposerModel,
     optimizer: torch.optim.Optimizer,
-    compute_loss_fn: Callable[[], StepObjective],
+    compute_loss_fn: Callable[[], StepObjective] | Sequence[Callable[[], StepObjective]],
     *,
     grad_clip: float | None,
     lr: float | None = None,
     parallel: ParallelHooks | None = None,
 ) -> StepStats:
     """One optimizer step on the loss `compute_loss_fn()` returns.
+
+    A sequence of callables is one step in micro-batches (gradient accumulation): each
+    returns its share of the step's loss (normalised by the whole batch's counts, as a
+    data-parallel rank's share is) and is backpropagated before the next runs, so only one
+    micro-batch's activations are alive at a time; the step's loss and metrics are the shares
+    summed. Memory then follows the micro-batch, not the batch.
 
     Sets every parameter group's learning rate to `lr` (None keeps the optimizer's),
     zeroes the gradients, runs the forward pass (inside `compute_loss_fn`), refuses a
@@ -423,16 +429,26 @@ def train_step(
         for group in optimizer.param_groups:
             group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
-    objective = compute_loss_fn()
-    loss = objective.loss
-    if loss.dim() != 0:
-        raise ValueError(f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
-    if not torch.isfinite(loss):
-        raise FloatingPointError(
-            f"non-finite loss {float(loss.detach())}: the step was not taken; lower the "
-            "learning rate or check the batch (an all-masked batch has no targets)"
-        )
-    loss.backward()
+    parts = [compute_loss_fn] if callable(compute_loss_fn) else list(compute_loss_fn)
+    if not parts:
+        raise ValueError("train_step needs at least one objective")
+    loss_value = 0.0
+    metrics: dict[str, float] = {}
+    for part in parts:
+        objective = part()
+        loss = objective.loss
+        if loss.dim() != 0:
+            raise ValueError(f"the loss must be a scalar tensor, got shape {tuple(loss.shape)}")
+        if not torch.isfinite(loss):
+            optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(
+                f"non-finite loss {float(loss.detach())}: the step was not taken; lower the "
+                "learning rate or check the batch (an all-masked batch has no targets)"
+            )
+        loss.backward()
+        loss_value += float(loss.detach())
+        for key, value in objective.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + float(value)
     if parallel is None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         limit = grad_clip if grad_clip is not None else math.inf
@@ -443,12 +459,10 @@ def train_step(
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise FloatingPointError(
-            f"non-finite gradient norm {grad_norm} (loss {float(loss.detach()):.4f}): the step "
+            f"non-finite gradient norm {grad_norm} (loss {loss_value:.4f}): the step "
             "was not taken; lower the learning rate"
         )
     optimizer.step()
-    metrics = {k: float(v) for k, v in objective.metrics.items()}
-    loss_value = float(loss.detach())
     if parallel is None:
         model.update_balancing_bias()
     else:

@@ -81,3 +81,26 @@ def pack(trajectories: Sequence[Trajectory]) -> PackedBatch:
 
 
 __all__ = ["PackedBatch", "pack"]
+
+
+def micro_batches(lengths: Sequence[int], budget: int | None) -> list[list[int]]:
+    """The indices of `lengths` cut, in order, into runs of at most `budget` tokens each (a
+    sequence longer than the budget is a run of its own); None: one run of them all.
+
+    A step's forward and backward hold activations in proportion to the tokens packed into
+    them (the logits alone are tokens x vocabulary floats), so an RL step of many long
+    episodes is trained a micro-batch at a time with accumulated gradients."""
+    if budget is None:
+        return [list(range(len(lengths)))] if lengths else []
+    if budget <= 0:
+        raise ValueError(f"the micro-batch budget must be > 0 tokens (or None); got {budget}")
+    runs: list[list[int]] = []
+    tokens = 0
+    for i, length in enumerate(lengths):
+        if runs and tokens + length <= budget:
+            runs[-1].append(i)
+            tokens += length
+        else:
+            runs.append([i])
+            tokens = length
+    return runs

@@ -17,6 +17,7 @@ the training step sums over the ranks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -213,8 +214,9 @@ def rl_loss(
         "is_capped_share": terms.is_capped_share,
         "kl_k1": terms.k1_mean,
         "kl_k3": terms.k3_mean,
-        "kl_k1_var": terms.k1_var,
-        "kl_k3_var": terms.k3_var,
+        # second moments, the additive form of the variances (`whole_batch_metrics`)
+        "kl_k1_sq": terms.k1_var + terms.k1_mean**2,
+        "kl_k3_sq": terms.k3_var + terms.k3_mean**2,
         "logprob_mismatch": terms.mismatch_mean,
         "replay_replacements": float(output.replacements),
     }
@@ -241,8 +243,19 @@ def rl_loss(
     return RLLoss(loss=loss, metrics=metrics)
 
 
-MEAN_METRICS = ("is_capped_share", "kl_k1", "kl_k3", "logprob_mismatch")
+MEAN_METRICS = ("is_capped_share", "kl_k1", "kl_k3", "logprob_mismatch", "kl_k1_sq", "kl_k3_sq")
 """Metrics that are means over the sampled tokens (weighted by a rank's token share)."""
+
+
+def whole_batch_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The step's metrics from its parts' summed shares (micro-batches, ranks): each KL
+    estimator's per-token variance over the whole batch, from its summed second moment and
+    mean (variances of parts do not add; second moments weighted by token share do)."""
+    out = dict(metrics)
+    for name in ("kl_k1", "kl_k3"):
+        if f"{name}_sq" in out:
+            out[f"{name}_var"] = max(0.0, out.pop(f"{name}_sq") - out.get(name, 0.0) ** 2)
+    return out
 
 
 __all__ = [

@@ -23,7 +23,7 @@ remains is a metric.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from composer_infra.checkpoint import Trajectory
 from composer_model import ComposerModel, ModelOutput, PackedRow, StepStats, train_step
 from composer_model.training import StepInputs, layout_of, run_forward, shard_row, step_labels
 from composer_parallel import Parallel, attention_cost_ratio
-from composer_rl.rl.batch import PackedBatch, pack
+from composer_rl.rl.batch import PackedBatch, micro_batches, pack
 from composer_rl.rl.lineage import VersionTree
 from composer_rl.rl.loss import (
     GlobalBatch,
@@ -43,6 +43,7 @@ from composer_rl.rl.loss import (
     drafted_positions,
     global_batch_of,
     rl_loss,
+    whole_batch_metrics,
 )
 from composer_rl.stages.loop import batch_loss
 from composer_rl.stages.packing import Batch
@@ -140,30 +141,47 @@ def rl_step(
     parallel: Parallel | None = None,
     reference: ComposerModel | None = None,
     anchor: Batch | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> StepStats:
     """One optimizer step (`composer_model.train_step`) of the RL objective on the whole
     batch `trajectories` (every rank of a parallel run is given all of it and trains its
-    share); the caller publishes the weights it leaves as the next policy version."""
-    batch = pack(trajectories)
-    whole = global_batch_of(batch, len(model.mtp_modules))
+    share); the caller publishes the weights it leaves as the next policy version.
+
+    `micro_batch_tokens` cuts this process's share into micro-batches of at most that many
+    tokens, each its share of the whole batch's loss (the same normalisation as a rank's),
+    backpropagated one after the other (None: one forward of it all; under `parallel` each
+    rank's share is one forward). Same step, bounded memory: a step of 64 episodes took
+    12 GB in one forward and was killed on a 24 GB box."""
+    whole = global_batch_of(pack(trajectories), len(model.mtp_modules))
+    mine: Sequence[Trajectory] = trajectories
     if parallel is not None:
-        mine = parallel.dp_sequences(
+        indices = parallel.dp_sequences(
             [len(t.tokens) for t in trajectories], attention_cost_ratio(model.config)
         )
-        batch = pack([trajectories[i] for i in mine])
+        mine = [trajectories[i] for i in indices]
+    # A parallel rank trains its share in one forward: ranks that cut theirs into different
+    # numbers of micro-batches would call the experts' collectives different numbers of times.
+    budget = None if parallel is not None else micro_batch_tokens
+    runs = micro_batches([len(t.tokens) for t in mine], budget)
 
-    def objective() -> RLLoss:
-        return rl_forward_loss(
-            model,
-            batch,
-            config,
-            whole=whole,
-            parallel=parallel,
-            reference=reference,
-            anchor=anchor,
-        )
+    def objective(run: list[int], first: bool) -> Callable[[], RLLoss]:
+        def part() -> RLLoss:
+            return rl_forward_loss(
+                model,
+                pack([mine[i] for i in run]),
+                config,
+                whole=whole,
+                parallel=parallel,
+                reference=reference,
+                anchor=anchor if first else None,  # the anchor's term once a step
+            )
 
-    return train_step(model, optimizer, objective, grad_clip=grad_clip, lr=lr, parallel=parallel)
+        return part
+
+    parts = [objective(run, first=i == 0) for i, run in enumerate(runs)]
+    stats = train_step(model, optimizer, parts, grad_clip=grad_clip, lr=lr, parallel=parallel)
+    stats.metrics = whole_batch_metrics(stats.metrics)
+    return stats
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,12 @@ from composer_rl.studies.rl_runs import (
 )
 
 MARKERS = frozenset({"TODO", "FIXME", "XXX"})
+# The added reward's weight. Both rewards default to 0.2, a shaping term kept small beside
+# correctness in a run that carries it from the start. Under Dr. GRPO's unscaled advantages
+# that makes one redundant read cost 0.05 of a solve, a signal the run's other rewards drown
+# in twenty steps; a user who adds a reward to stop a habit they watched gives it weight.
+# At 1.0 one flagged read (or marker) costs 0.25 of a solve. Set before any full run.
+REWARD_WEIGHT = 1.0
 MIN_GROUPS = 5
 MIN_FLAGGED = 5
 RUNS = ("with-reward", "control")
@@ -141,6 +147,7 @@ class Watch:
     reward_name: str
     reward_spec: str
     component: str  # the reward's component that charges what the monitor flags
+    weight: float  # the added reward's weight in the run config (`rewards.<name>.weight`)
 
     @property
     def flag_key(self) -> str:
@@ -176,6 +183,7 @@ WATCHES: dict[WatchedBehaviour, Watch] = {
         reward_name=RedundantReadsPenalty.name,
         reward_spec="composer_rewards.rewards.redundant_reads:RedundantReadsPenalty",
         component="redundant_reads",
+        weight=REWARD_WEIGHT,
     ),
     "todo_left": Watch(
         behaviour="todo_left",
@@ -186,6 +194,7 @@ WATCHES: dict[WatchedBehaviour, Watch] = {
         reward_name=UnfinishedWorkPenalty.name,
         reward_spec="composer_rewards.rewards.unfinished:UnfinishedWorkPenalty",
         component="unfinished_code",
+        weight=REWARD_WEIGHT,
     ),
 }
 """Each behaviour the study can watch (`StudyOptions.behaviour`), by name."""
@@ -220,6 +229,9 @@ def run_settings(
     settings = study_settings(model, run_dir, rl, base, seed)
     settings["plugins.block"] = [watch.reward_name]
     settings["plugins.plugins"] = [watch.monitor] if watch.listed else []
+    # Read by the reward's configure hook when `plugins add` registers it (a historic hook:
+    # a plugin added mid-run is configured with the run's config like one there from the start).
+    settings[f"rewards.{watch.reward_name}.weight"] = watch.weight
     return settings
 
 

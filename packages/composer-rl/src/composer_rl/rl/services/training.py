@@ -114,6 +114,14 @@ class TrainingConfig(BaseModel):
         "0.1-0.3 s, under a hundredth of a step (benchmarks/kill_cost.py)",
     )
     keep_checkpoints: int = Field(default=3, ge=1, description="step checkpoints kept")
+    micro_batch_tokens: int | None = Field(
+        default=16384,
+        gt=0,
+        description="an RL step is trained in micro-batches of at most this many tokens, "
+        "gradients accumulated (none: the whole batch in one forward); memory follows the "
+        "micro-batch: 64 episodes in one forward took 12 GB. One process only: a parallel "
+        "rank trains its share in one forward",
+    )
     snapshot_every: int = Field(
         default=10, ge=1, description="a full weight snapshot every N versions (XOR deltas between)"
     )
@@ -390,6 +398,7 @@ class TrainingService:
                 parallel=self.parallel,
                 reference=self.reference,
                 anchor=anchor,
+                micro_batch_tokens=self.config.micro_batch_tokens,
             ),
             tokens=sum(len(t.tokens) for t in trajectories),
             sequences=len(trajectories),
