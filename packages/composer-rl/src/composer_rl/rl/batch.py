@@ -80,9 +80,6 @@ def pack(trajectories: Sequence[Trajectory]) -> PackedBatch:
     )
 
 
-__all__ = ["PackedBatch", "pack"]
-
-
 def micro_batches(lengths: Sequence[int], budget: int | None) -> list[list[int]]:
     """The indices of `lengths` cut, in order, into runs of at most `budget` tokens each (a
     sequence longer than the budget is a run of its own); None: one run of them all.
@@ -104,3 +101,6 @@ def micro_batches(lengths: Sequence[int], budget: int | None) -> list[list[int]]
             runs.append([i])
             tokens = length
     return runs
+
+
+__all__ = ["PackedBatch", "micro_batches", "pack"]

@@ -269,4 +269,5 @@ __all__ = [
     "mtp_accepted",
     "rl_loss",
     "target_logprobs",
+    "whole_batch_metrics",
 ]

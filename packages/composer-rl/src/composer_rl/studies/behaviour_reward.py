@@ -126,8 +126,8 @@ from composer_rl.studies.rl_runs import (
 MARKERS = frozenset({"TODO", "FIXME", "XXX"})
 # The added reward's weight. Both rewards default to 0.2, a shaping term kept small beside
 # correctness in a run that carries it from the start. Under Dr. GRPO's unscaled advantages
-# that makes one redundant read cost 0.05 of a solve, a signal the run's other rewards drown
-# in twenty steps; a user who adds a reward to stop a habit they watched gives it weight.
+# that makes one redundant read cost 0.05 of a solve, small beside the run's other rewards;
+# a user who adds a reward to stop a habit they watched gives it weight.
 # At 1.0 one flagged read (or marker) costs 0.25 of a solve. Set before any full run.
 REWARD_WEIGHT = 1.0
 MIN_GROUPS = 5
