@@ -22,10 +22,12 @@ from composer_rl.rl.episodes import read_episodes
 from composer_rl.studies import STUDIES, StudyOptions
 from composer_rl.studies.base import WatchedBehaviour
 from composer_rl.studies.behaviour_reward import (
+    FULL,
     QUICK,
     REWARD_WEIGHT,
     WATCHES,
     judge,
+    measure,
     rate,
     run_dirs,
     run_settings,
@@ -167,6 +169,19 @@ def test_windows_go_by_the_versions_that_sampled_the_episode() -> None:
     assert window_of(_line("g", False, [4, 5]), add_at=3) == "after"
     assert window_of(_line("g", False, [3, 4]), add_at=3) == "straddling"
     assert window_of(_line("g", False, []), add_at=3) is None
+    # With settle, the first versions after the add are in neither window.
+    assert window_of(_line("g", False, [4, 5]), add_at=3, settle=2) == "settling"
+    assert window_of(_line("g", False, [5, 6]), add_at=3, settle=2) == "settling"
+    assert window_of(_line("g", False, [6, 7]), add_at=3, settle=2) == "after"
+    assert window_of(_line("g", False, [3, 6]), add_at=3, settle=2) == "straddling"
+    assert window_of(_line("g", False, [1, 3]), add_at=3, settle=2) == "before"
+
+
+def test_the_full_study_judges_the_window_fixed_before_seed_one() -> None:
+    """The after window of the full study starts at version 21 and runs to the end: the one
+    written down before the seed-1 runs (docs/rl/2026-12-05-behaviour-reward.md)."""
+    assert FULL.add_at == 10 and FULL.add_at + FULL.settle + 1 == 21
+    assert FULL.steps == 30  # the last version sampled from is 29
 
 
 # --- the verdict rule ----------------------------------------------------------------------
@@ -238,7 +253,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _recomputed(run_dir: Path, add_at: int, flag: str) -> dict[str, tuple[int, int, int, float]]:
+def _recomputed(
+    run_dir: Path, add_at: int, flag: str, settle: int = 0
+) -> dict[str, tuple[int, int, int, float]]:
     """(groups, episodes, flagged, rate) of each window, straight from episodes.jsonl."""
     out: dict[str, tuple[int, int, int, float]] = {}
     episodes = [
@@ -246,7 +263,8 @@ def _recomputed(run_dir: Path, add_at: int, flag: str) -> dict[str, tuple[int, i
     ]
     for name, keep in (
         ("before", lambda v: max(v) <= add_at),
-        ("after", lambda v: min(v) > add_at),
+        ("after", lambda v: min(v) > add_at + settle),
+        ("settling", lambda v: add_at < min(v) <= add_at + settle),
     ):
         chosen = [e for e in episodes if e["versions"] and keep(e["versions"])]
         flagged = sum(flag in e["flags"] for e in chosen)
@@ -315,6 +333,9 @@ def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
     for run, run_dir in (("with-reward", with_reward), ("control", control)):
         measured = numbers["runs"][run]
         for window, counts in _recomputed(run_dir, add_at, watch.flag_key).items():
+            if window == "settling":  # none at the quick study's settle of 0
+                assert counts[1] == measured["settling_episodes"] == 0
+                continue
             groups, count, flagged, share = counts
             got = measured[window]
             assert (got["groups"], got["episodes"], got["flagged"]) == (groups, count, flagged)
@@ -322,6 +343,14 @@ def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
         assert measured["episodes"] == len(read_episodes(run_dir))
     assert numbers["runs"]["with-reward"]["before"]["episodes"] > 0
     assert numbers["runs"]["with-reward"]["after"]["episodes"] > 0
+    # A settle window moves the after window's start and counts what it leaves out.
+    settled = measure(with_reward, add_at, watch, settle=2)
+    expected = _recomputed(with_reward, add_at, watch.flag_key, settle=2)
+    assert settled["settling_episodes"] == expected["settling"][1] > 0
+    groups, count, flagged, share = expected["after"]
+    got = settled["after"]
+    assert (got["groups"], got["episodes"], got["flagged"]) == (groups, count, flagged)
+    assert settled["before"] == measure(with_reward, add_at, watch)["before"]
 
     # Run again on the same --work-dir: the finished runs are analysed, not rerun.
     again = tmp_path / "again"

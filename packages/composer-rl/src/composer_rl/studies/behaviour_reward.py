@@ -42,8 +42,17 @@ The steps, the same for either behaviour:
 in `episodes/episodes.jsonl`). Version v is the policy after v steps; the add comes right
 after version `add_at` is trained, so versions 0..add_at never saw the reward. An episode
 all of whose tokens were sampled by those versions is *before*; one whose oldest token was
-sampled by version add_at + 1 or later is *after*. Episodes with tokens on both sides (the
-engines take new weights mid-episode) are left out and counted. Which episodes carry the
+sampled by version add_at + settle + 1 or later is *after*. The `settle` versions between
+are the reward's time to act (`Sizes.settle`): a reward moves the policy a little each step,
+and a window that starts at the add averages the settled rate with the unmoved one. They
+are left out and counted, as are episodes with tokens on both sides of the add (the
+engines take new weights mid-episode).
+
+The full study's settle of 10 was not chosen before its first run. That run (seed 0,
+2026-12-05) judged the window from version add_at + 1 and did not hold (a fall of 1.1
+standard errors); its rate stayed where it was for ten versions and then fell. The window
+from version add_at + 11 was written down before the seed-1 runs started and judged on
+them (docs/rl/2026-12-05-behaviour-reward.md); seed 0 under it is a post-hoc figure. Which episodes carry the
 reward's component is a different matter: every episode scored after the add does
 (`scored_after_step >= add_at`), including some sampled before it.
 
@@ -206,15 +215,18 @@ class Sizes:
     group_size: int
     groups_per_step: int
     add_at: int  # the step boundary the reward is added at
+    settle: int  # versions after the add that neither window counts (the reward's time to act)
     lr: float | None  # None: the RL config's default
     control: bool  # train the run without the add too
 
 
-QUICK = Sizes(steps=8, group_size=2, groups_per_step=2, add_at=4, lr=None, control=True)
+QUICK = Sizes(steps=8, group_size=2, groups_per_step=2, add_at=4, settle=0, lr=None, control=True)
 # lr 3e-4 as in the learning runs of the composer-rl README (at 1e-4 the policy moves too
 # little in a few dozen steps for any reward to change behaviour); ten steps before the add
-# measure the starting rate over about 600 episodes, twenty after give the reward time.
-FULL = Sizes(steps=30, group_size=8, groups_per_step=8, add_at=10, lr=3e-4, control=True)
+# measure the starting rate over about 600 episodes; of the twenty after, the first ten are
+# the reward's time to act (see the module docstring for how that was fixed) and the last
+# nine are judged.
+FULL = Sizes(steps=30, group_size=8, groups_per_step=8, add_at=10, settle=10, lr=3e-4, control=True)
 
 
 # --- the runs ------------------------------------------------------------------------------
@@ -296,16 +308,18 @@ def train(
 # --- the measurement -----------------------------------------------------------------------
 
 
-def window_of(episode: dict[str, Any], add_at: int) -> str | None:
-    """'before', 'after', or 'straddling' by the versions that sampled the episode's tokens
-    (None: it sampled none)."""
+def window_of(episode: dict[str, Any], add_at: int, settle: int = 0) -> str | None:
+    """'before', 'settling', 'after', or 'straddling' by the versions that sampled the
+    episode's tokens (None: it sampled none)."""
     versions = episode["versions"]
     if not versions:
         return None
     if max(versions) <= add_at:
         return "before"
-    if min(versions) > add_at:
+    if min(versions) > add_at + settle:
         return "after"
+    if min(versions) > add_at:
+        return "settling"
     return "straddling"
 
 
@@ -351,13 +365,13 @@ def by_version(episodes: list[dict[str, Any]], flag: str) -> dict[int, dict[str,
     return {v: rate(eps, flag) for v, eps in sorted(out.items())}
 
 
-def measure(run_dir: Path, add_at: int, watch: Watch) -> dict[str, Any]:
+def measure(run_dir: Path, add_at: int, watch: Watch, settle: int = 0) -> dict[str, Any]:
     """One run's windows, per-version rates and the evidence of the add, from its files."""
     episodes = read_episodes(run_dir)
     metrics = read_metrics(run_dir)
     windows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in episodes:
-        window = window_of(e, add_at)
+        window = window_of(e, add_at, settle)
         if window is not None:
             windows[window].append(e)
     with_component = [e for e in episodes if watch.component in e["components"]]
@@ -373,6 +387,7 @@ def measure(run_dir: Path, add_at: int, watch: Watch) -> dict[str, Any]:
         "before": rate(windows["before"], watch.flag_key),
         "after": rate(windows["after"], watch.flag_key),
         "straddling_episodes": len(windows["straddling"]),
+        "settling_episodes": len(windows["settling"]),
         "episodes": len(episodes),
         "episodes_with_component": len(with_component),
         "first_scored_with_component": min(
@@ -390,7 +405,9 @@ def fall(before: tuple[float, float], after: tuple[float, float]) -> tuple[float
     return before[0] - after[0], math.hypot(before[1], after[1])
 
 
-def judge(with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: int) -> Verdict:
+def judge(
+    with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: int, settle: int = 0
+) -> Verdict:
     """The verdict by the rule in the module docstring (`Verdict.held` stays False for
     *held in part*: the claim as stated, a fall beyond 3 standard errors, was not shown)."""
     before, after = with_reward["before"], with_reward["after"]
@@ -434,7 +451,8 @@ def judge(with_reward: dict[str, Any], control: dict[str, Any] | None, add_at: i
     text = (
         f"The flagged rate fell from {_rate(before['rate'])} ({before['episodes']} episodes, "
         f"{before['groups']} groups, versions <= {add_at}) to {_rate(after['rate'])} "
-        f"({after['episodes']} episodes, {after['groups']} groups, versions > {add_at}): "
+        f"({after['episodes']} episodes, {after['groups']} groups, versions > "
+        f"{add_at + settle}): "
         f"{format_se(*drop, sign=True)}, {z:.1f} standard errors."
     )
     strength = f"fall {format_se(*drop, sign=True)} ({z:.1f} s.e.)"
@@ -477,7 +495,8 @@ def _rate(pair: tuple[float, float]) -> str:
 # --- the figure and the study --------------------------------------------------------------
 
 
-def _figure(runs: dict[str, dict[str, Any]], add_at: int, watch: Watch) -> Figure:
+def _figure(runs: dict[str, dict[str, Any]], sizes: Sizes, watch: Watch) -> Figure:
+    add_at = sizes.add_at
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, key, label in zip(
         axes,
@@ -503,6 +522,14 @@ def _figure(runs: dict[str, dict[str, Any]], add_at: int, watch: Watch) -> Figur
             va="top",
             fontsize=8,
         )
+        if sizes.settle:
+            ax.axvspan(
+                add_at + 0.5,
+                add_at + sizes.settle + 0.5,
+                color="grey",
+                alpha=0.12,
+                label="settling (in neither window)",
+            )
         ax.set_ylim(0, min(1.0, top * 1.15))
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set(xlabel="policy version that started the episode (steps trained)", ylabel=label)
@@ -540,11 +567,12 @@ def run(options: StudyOptions) -> StudyOutcome:
             for name in names
             if train(model, dirs[name], sizes, base, options.seed, watch, add=name == "with-reward")
         ]
-        runs = {name: measure(dirs[name], sizes.add_at, watch) for name in names}
-    verdict = judge(runs["with-reward"], runs.get("control"), sizes.add_at)
+        runs = {name: measure(dirs[name], sizes.add_at, watch, sizes.settle) for name in names}
+    verdict = judge(runs["with-reward"], runs.get("control"), sizes.add_at, sizes.settle)
     rows = []
     for name, result in runs.items():
-        for window, versions in (("before", f"0-{sizes.add_at}"), ("after", f"> {sizes.add_at}")):
+        after = f"> {sizes.add_at + sizes.settle}"
+        for window, versions in (("before", f"0-{sizes.add_at}"), ("after", after)):
             w = result[window]
             rows.append(
                 [
@@ -569,6 +597,9 @@ def run(options: StudyOptions) -> StudyOutcome:
         f"step {main['first_scored_with_component']}. "
         f"Left out as straddling the add (tokens from both sides): "
         + ", ".join(f"{n} {r['straddling_episodes']}" for n, r in runs.items())
+        + f"; as settling (started by versions {sizes.add_at + 1}-{sizes.add_at + sizes.settle}, "
+        "the reward's time to act): "
+        + ", ".join(f"{n} {r['settling_episodes']}" for n, r in runs.items())
         + ".",
         "Rates are flagged episodes / episodes in the window; ± is the cluster-robust standard "
         "error over groups (a group: the G episodes of one task). Windows by the policy "
@@ -595,7 +626,7 @@ def run(options: StudyOptions) -> StudyOutcome:
             "solve rate",
         ],
         rows=rows,
-        figure=_figure(runs, sizes.add_at, watch),
+        figure=_figure(runs, sizes, watch),
         verdict=verdict,
         numbers={
             "sizes": asdict(sizes),
