@@ -22,8 +22,10 @@ from composer_rewards.rewards.redundant_reads import redundant_reads
 from composer_rewards.rewards.unfinished import placeholders
 from composer_rl.agent.behaviours import Behaviour, DemonstrationMix
 from composer_rl.agent.demonstrations import (
+    RECALLED_NAMES,
     describe_edits,
     has_visible_tests,
+    lost_path,
     play_demonstration,
     pytest_summary,
     visible_tests_fail,
@@ -44,8 +46,10 @@ from composer_rl.agent.transcript import tool_output_text
 from composer_rl.stages.config import load_stage1_config
 from composer_rl.stages.sft import demonstrations
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+from composer_rl.tasks.invented import VALIDATION_WORDS
 from composer_rl.tasks.model import VISIBLE_TEST_COMMAND, Category, Edit, Task
 from composer_rl.tasks.templates.base import Params, Template
+from composer_rl.tasks.templates.vocab import MODULES, names
 
 # Hidden tests call the workspace through the grader's probe; the fallback keeps them
 # running on a grader that does not write the probe yet.
@@ -304,6 +308,59 @@ def test_reread_reads_a_file_twice_in_a_row() -> None:
     found = redundant_reads(episode_of(task, run))
     assert [(r.index, r.first) for r in found] == [(reads[1], reads[0])]
     assert run.results[reads[0]].output == run.results[reads[1]].output
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "solves"),
+    [(Behaviour.CAREFUL, True), (Behaviour.RECOVERING, True), (Behaviour.CARELESS, False)],
+)
+def test_a_lost_read_fails_then_lists_and_reads_the_right_file(
+    behaviour: Behaviour, solves: bool
+) -> None:
+    """The missing path's error is the sandbox's own; the demonstration then lists the
+    files and reads the right one, and ends as its behaviour does (careless: wrong, untested)."""
+    task = _operator_task()
+    demo, run = _play(task, behaviour, lost_read=1.0, careless_wrong=1.0)
+    lost = demo.details["lost_read"]
+    assert lost not in task.files and lost.endswith(".py")
+    reads = [i for i, c in enumerate(run.calls) if c.name == "read_file"]
+    first = reads[0]
+    assert run.calls[first].arguments["path"] == lost and not run.results[first].ok
+    assert "does not exist" in (run.results[first].error or "")
+    assert run.names()[first + 1 : first + 3] == ["list_files", "read_file"]
+    assert run.calls[first + 2].arguments["path"] == "mathops.py" and run.results[first + 2].ok
+    assert demo.kind == behaviour.value and run.report.all_passed is solves
+    assert bool(run.test_runs()) is solves  # careless runs nothing
+    # A missing file read nothing: the `redundant_reads` reward charges no read here.
+    assert redundant_reads(episode_of(task, run)) == []
+
+
+def test_lost_paths_are_recalled_or_blended_names_the_repository_lacks() -> None:
+    task = _operator_task()
+    mix = DemonstrationMix(lost_read=1.0)
+    seen = {lost_path(task, mix.rng(f"t{i}", "lost_read")) for i in range(80)}
+    assert None not in seen
+    stems = {str(p).removesuffix(".py") for p in seen}
+    assert not {f"{s}.py" for s in stems} & set(task.files) and "mathops" not in stems
+    recalled = stems & set(RECALLED_NAMES)
+    blended = {s for s in stems - recalled if s[:2] == "ma"}
+    assert recalled and blended and recalled | blended == stems
+    assert all(any(s[k:] == r[k:] for r in RECALLED_NAMES for k in (2, 3)) for s in blended)
+    # Never a name of the held-out split, nor of the validation words.
+    assert not set(RECALLED_NAMES) & set(names(MODULES, Split.HELDOUT))
+    assert not set(RECALLED_NAMES) & set(VALIDATION_WORDS)
+    # The share, drawn apart from the behaviour, and off by default.
+    assert not any(DemonstrationMix().read_is_lost(t) for t in SHARE_IDS)
+    quarter = DemonstrationMix(lost_read=0.25)
+    observed = sum(quarter.read_is_lost(t) for t in SHARE_IDS) / len(SHARE_IDS)
+    assert abs(observed - 0.25) <= _tolerance(0.25, len(SHARE_IDS))
+    lost = [t for t in SHARE_IDS if quarter.read_is_lost(t)]
+    kinds = Counter(quarter.behaviour_of(t) for t in lost)
+    assert len(kinds) >= 4  # every behaviour takes lost reads, not one kind
+    with pytest.raises(ValueError, match="lost_read"):
+        DemonstrationMix(lost_read=1.5)
+    config = load_stage1_config(None, **{"sft.demonstrations.lost_read": 0.3})
+    assert config.sft.demonstrations.lost_read == 0.3
 
 
 def test_wrong_edit_mutations_apply_and_the_chosen_ones_fail_the_visible_tests() -> None:

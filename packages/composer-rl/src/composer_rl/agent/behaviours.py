@@ -17,6 +17,14 @@ The behaviours (`composer_rl.agent.demonstrations` plays them):
 - `todo_left`, `unchecked_message`, `reread`: careful, but with one habit (a TODO comment
   added with the fix, "Done." as the message, a file read twice in a row).
 
+Across all of them, a `lost_read` share of demonstrations (drawn apart from the behaviour)
+opens its reading with a file that does not exist: a name recalled from other training
+tasks or demonstrations, or the right name's first letters run on into one, the ways the
+SFT policies of 2026-12-05 got names wrong (docs/rl/2026-12-05-failed-read-loops.md). The tool's error comes back,
+the demonstration lists the files and reads the right one. Those policies answered such an
+error by reading the same missing path again until the turns ran out, in over half of
+their greedy validation episodes: no demonstration had ever shown what to do after one.
+
 Each task's behaviour is drawn from its id and `seed` alone (`behaviour_of`), so a task's
 demonstration does not depend on which other tasks are in the run, and the same config
 gives the same demonstrations on every machine.
@@ -80,6 +88,14 @@ class DemonstrationMix(BaseModel):
         description="share of careless demonstrations whose edit is wrong (a mistake that "
         "fails the visible tests, where the repository has them)",
     )
+    lost_read: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of demonstrations (of any behaviour) whose first read names a "
+        "file that does not exist, then lists the files and reads the right one (0: none; "
+        "off until a share is chosen on validation tasks)",
+    )
     max_wrong_probes: int = Field(
         default=6,
         ge=1,
@@ -138,6 +154,10 @@ class DemonstrationMix(BaseModel):
 
     def careless_is_wrong(self, task_id: str) -> bool:
         return unit_draw("careless_wrong", self.seed, task_id) < self.careless_wrong
+
+    def read_is_lost(self, task_id: str) -> bool:
+        """Whether `task_id`'s demonstration opens its reading with a missing file."""
+        return unit_draw("lost_read", self.seed, task_id) < self.lost_read
 
     def rng(self, task_id: str, purpose: str) -> random.Random:
         """A generator for one task's other choices (which mistake, which note), seeded by

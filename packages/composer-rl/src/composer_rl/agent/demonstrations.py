@@ -22,6 +22,10 @@ What each behaviour plays:
 - todo_left / unchecked_message / reread: careful, with a TODO comment added by the fix
   (checked in a scratch sandbox to leave the visible tests passing), "Done." as the
   message, or the first file read twice in a row.
+- with a lost read (`DemonstrationMix.lost_read`, any behaviour): before its first read, a
+  read of a path the repository lacks (`lost_path`: a recalled name, or the right name's
+  start run on into one), the tool's error, `list_files`, and then the reads it would
+  have made.
 
 A behaviour that cannot be played on a task falls back to careful, and the demonstration
 records why (`details["fallback"]`): recovering when no candidate mistake fails the visible
@@ -34,6 +38,7 @@ runs the hidden tests; `grade=True` grades the end state with them afterwards, a
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +58,9 @@ from composer_rl.agent.mistakes import (
 from composer_rl.agent.oracle import Demonstration
 from composer_rl.agent.sandboxes import grade_sandbox, open_sandbox, sandbox_task
 from composer_rl.agent.transcript import Transcript, tool_output_text
-from composer_rl.tasks.model import VISIBLE_TEST_COMMAND, VISIBLE_TESTS_DIR, Edit, Task
+from composer_rl.tasks.invented import TRAINING_WORDS
+from composer_rl.tasks.model import VISIBLE_TEST_COMMAND, VISIBLE_TESTS_DIR, Edit, Split, Task
+from composer_rl.tasks.templates.vocab import MODULES, names
 
 UNCHECKED_MESSAGES: tuple[str, ...] = ("Done.", "Done!", "Finished.")
 """Final messages that say nothing about what changed or how it was checked."""
@@ -160,6 +167,33 @@ def read_paths(task: Task) -> list[str]:
     return list(dict.fromkeys(edited))
 
 
+RECALLED_NAMES = (*names(MODULES, Split.TRAIN), *TRAINING_WORDS)
+"""Names a policy writes in place of the one it read: module names of training tasks and
+the words of the invented-name demonstrations. Held-out names never enter a demonstration."""
+
+
+def lost_path(task: Task, rng: random.Random) -> str | None:
+    """A path to read by mistake, which the repository lacks, of one of the three kinds the
+    SFT policies of 2026-12-05 read (docs/rl/2026-12-05-failed-read-loops.md): a recalled
+    name (`RECALLED_NAMES`), or the right name's first two or three letters run on into a
+    recalled one (`brush.py` -> `brigh.py`). In the folder of the first file the
+    demonstration reads; None when it reads no file."""
+    reads = read_paths(task)
+    if not reads:
+        return None
+    right = PurePosixPath(reads[0])
+    stem, suffix = right.stem, right.suffix or ".py"
+    for _ in range(20):
+        other = rng.choice(RECALLED_NAMES)
+        keep = rng.randint(2, 3)
+        kind = rng.choice(("recalled", "blend"))
+        name = other if kind == "recalled" else stem[:keep] + other[keep:]
+        path = str(right.with_name(name + suffix))
+        if name != stem and len(name) > keep and path not in task.files:
+            return path
+    return None
+
+
 def edit_call(edit: Edit) -> ToolCall:
     if edit.old is None:
         return ToolCall(name="write_file", arguments={"path": edit.path, "content": edit.new})
@@ -237,14 +271,24 @@ def failing_attempt(
     return None, tried
 
 
-def _look_around(player: Player, task: Task, reread: bool = False) -> None:
-    player.call(ToolCall(name="list_files", arguments={}))
-    if not names_a_file(task) and (name := search_name(task)):
-        player.call(ToolCall(name="run", arguments={"command": f"grep -rn {name} ."}))
+def _read(player: Player, task: Task, plan: Plan, reread: bool = False) -> None:
+    """The reads of `task`'s files; with a lost read planned, first the missing path, its
+    error and a listing to find the right one."""
+    if (lost := plan.details.get("lost_read")) is not None:
+        if player.call(ToolCall(name="read_file", arguments={"path": lost})).ok:
+            raise RuntimeError(f"{task.id}: the lost read's {lost!r} exists")
+        player.call(ToolCall(name="list_files", arguments={}))
     for index, path in enumerate(read_paths(task)):
         player.call(ToolCall(name="read_file", arguments={"path": path}))
         if reread and index == 0:
             player.call(ToolCall(name="read_file", arguments={"path": path}))
+
+
+def _look_around(player: Player, task: Task, plan: Plan, reread: bool = False) -> None:
+    player.call(ToolCall(name="list_files", arguments={}))
+    if not names_a_file(task) and (name := search_name(task)):
+        player.call(ToolCall(name="run", arguments={"command": f"grep -rn {name} ."}))
+    _read(player, task, plan, reread)
 
 
 def _checked_message(changed: str, run: ToolResult | None) -> str:
@@ -324,12 +368,15 @@ def plan_demonstration(
             plan.edits, plan.details["todo"] = marked
     if plan.attempt is not None:
         plan.details["wrong"] = {"source": plan.attempt.source, "what": plan.attempt.what}
+    if mix.read_is_lost(task.id):
+        plan.details["lost_read"] = lost_path(task, mix.rng(task.id, "lost_read"))
+        if plan.details["lost_read"] is None:
+            del plan.details["lost_read"]
     return plan
 
 
 def _play_careless(player: Player, task: Task, plan: Plan) -> list[ToolResult]:
-    for path in read_paths(task):
-        player.call(ToolCall(name="read_file", arguments={"path": path}))
+    _read(player, task, plan)
     player.edits(plan.edits)
     player.finish(f"I {describe_edits(plan.edits, task.files)}.")
     return []
@@ -337,7 +384,7 @@ def _play_careless(player: Player, task: Task, plan: Plan) -> list[ToolResult]:
 
 def _play_recovering(player: Player, task: Task, plan: Plan) -> list[ToolResult]:
     assert plan.attempt is not None
-    _look_around(player, task)
+    _look_around(player, task, plan)
     player.edits(plan.attempt.edits)
     first = player.run_tests()
     wrong_files = apply_edits(dict(task.files), plan.attempt.edits) or {}
@@ -352,7 +399,7 @@ def _play_careful(
     player: Player, task: Task, plan: Plan, mix: DemonstrationMix
 ) -> list[ToolResult]:
     """Careful, and the habits, which are careful with one thing done otherwise."""
-    _look_around(player, task, reread=plan.kind is Behaviour.REREAD)
+    _look_around(player, task, plan, reread=plan.kind is Behaviour.REREAD)
     player.edits(plan.edits)
     runs = [player.run_tests()] if plan.details["visible_tests"] else []
     if plan.kind is Behaviour.UNCHECKED_MESSAGE:
