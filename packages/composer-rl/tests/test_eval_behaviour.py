@@ -62,6 +62,34 @@ def test_recovering_todo_and_reread_are_read_from_the_transcript() -> None:
     assert flags["tests_run"] == 0.0 and flags["todo_left"] == 1.0 and flags["reread"] == 1.0
 
 
+def test_a_failed_read_made_again_is_flagged_unless_something_could_have_made_the_file() -> None:
+    missing = ToolCall(
+        name="read_file", arguments={"path": "mathop.py"}, ok=False, error="does not exist"
+    )
+    assert episode_behaviours(_episode(missing, missing), solved=False)["failed_read_again"] == 1
+    # Another path between is still the loop; a listing changes nothing either.
+    listing = ToolCall(name="list_files", arguments={}, output="m.py")
+    looped = _episode(missing, listing, READ, missing)
+    assert episode_behaviours(looped, solved=False)["failed_read_again"] == 1.0
+    # Once: no loop. Created by a write or by a command that may write files: a new read.
+    assert episode_behaviours(_episode(missing, READ), solved=False)["failed_read_again"] == 0
+    write = ToolCall(name="write_file", arguments={"path": "mathop.py", "content": "x = 1\n"})
+    made = _episode(missing, write, missing)
+    assert episode_behaviours(made, solved=False)["failed_read_again"] == 0.0
+    touch = ToolCall(name="run", arguments={"command": "python make.py"})
+    assert (
+        episode_behaviours(_episode(missing, touch, missing), solved=False)["failed_read_again"]
+        == 0.0
+    )
+    look = ToolCall(name="run", arguments={"command": "ls"})
+    assert (
+        episode_behaviours(_episode(missing, look, missing), solved=False)["failed_read_again"]
+        == 1.0
+    )
+    # A successful read made twice is `reread`, not this.
+    assert episode_behaviours(_episode(READ, READ), solved=False)["failed_read_again"] == 0.0
+
+
 def test_rates_are_means_over_tasks_with_their_standard_error() -> None:
     careful = _episode(READ, EDIT, PASSING)
     careless = _episode(READ, EDIT)

@@ -1,0 +1,124 @@
+"""Where do a policy's episodes end, and what did they spend their turns on?
+
+Pass@1 and the behaviour rates say what a policy achieved; this says where the turns went.
+Each checkpoint plays one greedy episode per task with RL's rollout settings (the turn
+limit learning_margin.py scores with), and the episodes' tool calls are counted:
+
+- how the episodes stopped (finish, the turn limit, the token limit, a full context);
+- the calls by tool, how many reads failed (a missing file), and the `run` commands by
+  their first word (a search is a `run` as much as a test run is);
+- the behaviour rates of `composer_rl.eval.behaviour` over these episodes, each with its
+  standard error, among them `failed_read_again`;
+- the same, among the episodes cut by the turn limit.
+
+Written for issue 29's question why careful-only SFT ran the tests less than SFT on the mix
+(docs/rl/2026-12-05-failed-read-loops.md). The episodes' calls go to --out as JSON lines.
+
+    uv run python packages/composer-rl/benchmarks/episode_ends.py \\
+        --models runs/stage1-careful/sft/final runs/stage1-words2/sft/final
+    uv run python packages/composer-rl/benchmarks/episode_ends.py --quick   # random tiny model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from composer_model import ComposerTokenizer
+from composer_rl.agent.episode import EpisodeResult, episode_view
+from composer_rl.agent.quick import random_checkpoint
+from composer_rl.eval.behaviour import behaviour_rates, per_task_behaviours
+from composer_rl.eval.evaluate import EvalConfig, run_eval
+from composer_rl.eval.stats import mean_se
+from composer_rl.rl.compare import SPLITS
+from composer_rl.rl.config import RLConfig
+
+
+def _rates(results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> dict[str, str]:
+    views = [(r.task.id, episode_view(r, tokenizer), r.solved) for r in results]
+    rates = behaviour_rates(per_task_behaviours(views))
+    return {name: f"{mean:.3f} ± {se:.3f} ({n})" for name, (mean, se, n) in rates.items()}
+
+
+def describe(name: str, results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> str:
+    """The counts of one checkpoint's episodes, as printed lines."""
+    n = len(results)
+    calls = [c for r in results for c in r.calls]
+    reads = [c for c in calls if c.name == "read_file" and not c.malformed]
+    commands = Counter(
+        (str(c.arguments.get("command", "")).split() or [""])[0] for c in calls if c.name == "run"
+    )
+    stops = Counter(r.stop_reason for r in results)
+    solved = mean_se([float(r.solved) for r in results])
+    lines = [
+        f"== {name}: {n} greedy episodes, solved {solved[0]:.3f} ± {solved[1]:.3f}",
+        "  stopped by: " + ", ".join(f"{k} {v} ({v / n:.2f})" for k, v in stops.most_common()),
+        f"  calls a episode {len(calls) / n:.2f}; malformed {sum(c.malformed for c in calls) / n:.2f}",
+        "  calls by tool: "
+        + ", ".join(
+            f"{k} {v}"
+            for k, v in Counter(
+                "(malformed)" if c.malformed else c.name for c in calls
+            ).most_common(8)
+        ),
+        f"  reads that failed: {sum(not c.ok for c in reads)} of {len(reads)}",
+        "  run commands by first word: "
+        + ", ".join(f"{k or '(empty)'} {v}" for k, v in commands.most_common(6)),
+        "  behaviour rates (mean over tasks ± s.e. (tasks)):",
+        *(f"    {k}: {v}" for k, v in _rates(results, tokenizer).items()),
+    ]
+    cut = [r for r in results if r.stop_reason == "max_turns"]
+    if cut:
+        lines.append(f"  among the {len(cut)} cut by the turn limit:")
+        lines += [f"    {k}: {v}" for k, v in _rates(cut, tokenizer).items()]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=Path, nargs="*", default=[], help="checkpoints")
+    parser.add_argument("--split", default="validation_words", choices=sorted(SPLITS))
+    parser.add_argument("--per-template", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="the episodes' calls here (JSON lines)")
+    parser.add_argument("--quick", action="store_true", help="a random tiny model, 1 a template")
+    args = parser.parse_args()
+    models = list(args.models)
+    if args.quick or not models:
+        models = [random_checkpoint(Path(tempfile.mkdtemp(prefix="episode-ends-")))]
+        args.per_template = 1
+    for model in models:
+        if not (model / "tokenizer.json").is_file():
+            print(f"error: {model} has no tokenizer.json: give a stage-one checkpoint",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    tasks = SPLITS[args.split](args.per_template, seed=0)
+    runner = RLConfig().rollout.model_copy(update={"temperature": 0.0})
+    print(f"{len(tasks)} {args.split} tasks, turn limit {runner.max_turns}")
+    rows = []
+    for model in models:
+        config = EvalConfig(samples=1, runner=runner, tasks_per_step=len(tasks))
+        _, results = run_eval(model, tasks, config, args.threads)
+        tokenizer = ComposerTokenizer.from_file(model / "tokenizer.json")
+        print(describe(str(model), results, tokenizer), flush=True)
+        rows += [
+            {
+                "model": str(model),
+                "task": r.task.id,
+                "stop": r.stop_reason,
+                "solved": r.solved,
+                "calls": [[c.name, c.arguments, c.ok, c.malformed] for c in r.calls],
+            }
+            for r in results
+        ]
+    if args.out:
+        args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
