@@ -13,7 +13,14 @@ from typing import Any, get_args
 
 import pytest
 
-from composer_rewards import BUILTIN_PLUGINS, Episode, PluginScorer, ToolCall, load_spec
+from composer_rewards import (
+    BUILTIN_PLUGINS,
+    OPTIONAL_PLUGINS,
+    Episode,
+    PluginScorer,
+    ToolCall,
+    load_spec,
+)
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
 from composer_rl import cli
 from composer_rl.plugins.manager import build_plugin_manager, register_checked
@@ -36,6 +43,7 @@ from composer_rl.studies.behaviour_reward import (
 
 TODO = WATCHES["todo_left"]
 REREAD = WATCHES["reread"]
+FAILED = WATCHES["failed_read_again"]
 FLAG = TODO.flag_key
 
 # --- the monitor ---------------------------------------------------------------------------
@@ -61,12 +69,18 @@ def _score(episode: Episode, listed: list[str]) -> tuple[dict[str, str], dict[st
 def test_each_watched_behaviour_has_its_monitor_and_matching_reward(tmp_path: Path) -> None:
     assert set(WATCHES) == set(get_args(WatchedBehaviour))
     assert StudyOptions().behaviour == "reread"  # what the current SFT policy shows
-    with pytest.raises(ValueError, match="'rereads' is not one of 'reread', 'todo_left'"):
+    with pytest.raises(
+        ValueError, match="'rereads' is not one of 'reread', 'todo_left', 'failed_read_again'"
+    ):
         StudyOptions(behaviour="rereads")  # type: ignore[arg-type]
     for name, watch in WATCHES.items():
         assert watch.behaviour == name
         reward = load_spec(watch.reward_spec)  # what `plugins add` will load
-        assert type(reward) is BUILTIN_PLUGINS[watch.reward_name]
+        # A built-in reward, or an optional one (off until the add registers it).
+        expected = BUILTIN_PLUGINS.get(watch.reward_name)
+        if expected is None:
+            expected = type(load_spec(OPTIONAL_PLUGINS[watch.reward_name]))
+        assert type(reward) is expected
         settings = run_settings(Path("m"), tmp_path, QUICK, {}, 0, watch)
         assert settings["plugins.block"] == [watch.reward_name]  # blocked until the add
         # A built-in monitor is registered by name in every run; the study's own is listed.
@@ -104,6 +118,24 @@ def test_the_reread_monitor_flags_the_reads_the_redundant_reads_reward_charges()
     assert components[REREAD.component] < 0  # the reward charges the same read
     flags, components = _score(_reads("calc.py", "util.py"), [])
     assert REREAD.flag_key not in flags and components[REREAD.component] == 0.0
+
+
+def test_the_failed_read_monitor_flags_the_reads_the_optional_reward_charges() -> None:
+    missing = ToolCall(
+        name="read_file", arguments={"path": "calc.py"}, ok=False, error="does not exist"
+    )
+    listing = ToolCall(name="list_files", arguments={}, output="calcs.py")
+    looped = Episode(task="fix f", tool_calls=(missing, listing, missing), final_message="x")
+    # Before the add: the monitor flags, and no component charges (the reward is optional).
+    flags, components = _score(looped, [])
+    assert flags[FAILED.flag_key] == "read_file #2: calc.py (missing at #0)"
+    assert FAILED.component not in components
+    # After it: the reward charges the same read.
+    flags, components = _score(looped, [FAILED.reward_spec])
+    assert FAILED.flag_key in flags and components[FAILED.component] < 0
+    once = Episode(task="fix f", tool_calls=(missing, listing), final_message="x")
+    flags, components = _score(once, [FAILED.reward_spec])
+    assert FAILED.flag_key not in flags and components[FAILED.component] == 0.0
 
 
 def test_the_monitor_flags_the_markers_the_unfinished_reward_charges() -> None:
@@ -240,7 +272,9 @@ def test_the_study_is_listed_and_takes_a_model_and_a_behaviour(
     # An unknown behaviour, or --behaviour for another study, fails before anything runs.
     out = ["--out", str(tmp_path / "out")]
     assert cli.main(["study", "behaviour-reward", "--quick", "--behaviour", "todo", *out]) == 2
-    assert "'todo' is not one of 'reread', 'todo_left'" in capsys.readouterr().err
+    assert "'todo' is not one of 'reread', 'todo_left', 'failed_read_again'" in (
+        capsys.readouterr().err
+    )
     assert cli.main(["study", "async", "--quick", "--behaviour", "reread", *out]) == 2
     assert "--behaviour is an option of behaviour-reward only" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -275,7 +309,7 @@ def _recomputed(
 
 # Two RL runs and a rerun each (about 2.5 min on 2 cores, mostly collecting tasks).
 @pytest.mark.slow
-@pytest.mark.parametrize("behaviour", ["reread", "todo_left"])
+@pytest.mark.parametrize("behaviour", ["reread", "todo_left", "failed_read_again"])
 def test_quick_study_adds_the_reward_to_the_running_job_at_its_step(
     behaviour: WatchedBehaviour, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

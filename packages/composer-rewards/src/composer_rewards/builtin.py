@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from composer_rewards.monitors.clarify_without_edit import ClarifyWithoutEditMonitor
 from composer_rewards.monitors.comment_reasoning import CommentReasoningMonitor
+from composer_rewards.monitors.failed_read_again import FailedReadAgainMonitor
 from composer_rewards.monitors.grader_tampering import GraderTamperingMonitor
 from composer_rewards.monitors.malformed_calls import MalformedCallsMonitor
 from composer_rewards.monitors.reread import RereadMonitor
@@ -32,11 +33,13 @@ BUILTIN_PLUGINS: dict[str, type] = {
     "clarify_without_edit": ClarifyWithoutEditMonitor,
     "grader_tampering": GraderTamperingMonitor,
     "reread": RereadMonitor,
+    "failed_read_again": FailedReadAgainMonitor,
 }
 """Plugin name -> class; each class takes no arguments and reads ``composer_configure``."""
 
 OPTIONAL_PLUGINS: dict[str, str] = {
     "judge": "composer_rewards.rewards.judge:ChatJudgeReward",
+    "failed_reads_again": "composer_rewards.rewards.failed_reads:FailedReadsAgainPenalty",
 }
 """Plugin name -> spec of the built-ins that are off unless added."""
 

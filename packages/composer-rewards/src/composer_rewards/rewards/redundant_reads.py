@@ -114,7 +114,7 @@ class RedundantRead:
         return f"{self.tool} #{self.index}: {self.path} (already read at #{self.first})"
 
 
-def _read_path(name: str, arguments: Mapping[str, Any]) -> str | None:
+def read_path(name: str, arguments: Mapping[str, Any]) -> str | None:
     """The file a call reads, as the workspace resolves it (None: it reads no file)."""
     if name == READ_TOOL:
         return workspace_path(str(arguments.get("path", "")))
@@ -145,7 +145,7 @@ def redundant_reads(episode: Episode) -> list[RedundantRead]:
         if call.name == TERMINAL_TOOL and may_write(str(call.arguments.get("command", ""))):
             seen.clear()
             continue
-        path = _read_path(call.name, call.arguments) if call.ok else None
+        path = read_path(call.name, call.arguments) if call.ok else None
         if path is None:
             continue
         last = seen.get(path)

@@ -59,8 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--behaviour",
         metavar="NAME",
         help="behaviour-reward: the behaviour watched, with its monitor and matching reward: "
-        "reread (a file read again for nothing; redundant_reads) or todo_left (a TODO added; "
-        "unfinished) (default: reread)",
+        "reread (a file read again for nothing; redundant_reads), todo_left (a TODO added; "
+        "unfinished) or failed_read_again (a missing file read again; the optional "
+        "failed_reads_again) (default: reread)",
     )
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     parser.set_defaults(handler=main)

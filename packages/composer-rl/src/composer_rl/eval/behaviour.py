@@ -12,9 +12,10 @@ plugins, selects among them. So each held-out episode is read for:
 - `says_checked`: its final message says how the work was checked and a test run after the
   last edit backs it (the communication reward's reading, `composer_rewards.transcript`);
 - `reread`: it read one file twice with no edit of that file between;
-- `failed_read_again`: it read a path again after reading it had failed (the file was
-  missing), with nothing between that could have made the file: the loop in which the SFT
-  policies of 2026-12-05 spent most of their turns (docs/rl/2026-12-05-failed-read-loops.md);
+- `failed_read_again`: it read a missing file again, with nothing between that could have
+  made it (composer-rewards' `failed_reads_again`, the reading of the `failed_read_again`
+  monitor): the loop in which the SFT policies of 2026-12-05 spent most of their turns
+  (docs/rl/2026-12-05-failed-read-loops.md);
 - `tokens_per_solved_d1`: generated tokens of the solved difficulty-1 episodes.
 
 Every rate is a mean over tasks of the task's mean over its episodes, so it carries a
@@ -30,7 +31,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from composer_rewards import Episode
-from composer_rewards.transcript import may_write, read_transcript
+from composer_rewards.rewards.failed_reads import failed_reads_again
+from composer_rewards.transcript import read_transcript
 from composer_rl.eval.stats import mean_se
 
 BEHAVIOURS = (
@@ -65,26 +67,6 @@ def _reread(episode: Episode) -> bool:
     return False
 
 
-def _failed_read_again(episode: Episode) -> bool:
-    """A read of a path whose last read failed, with no edit of the path and no command that
-    could write files between (composer-rewards' `may_write` reading of a command)."""
-    failed: set[str] = set()
-    for call in episode.tool_calls:
-        if call.malformed:
-            continue
-        path = str(call.arguments.get("path", ""))
-        if call.name == "read_file":
-            if path in failed:
-                return True
-            if not call.ok:
-                failed.add(path)
-        elif call.name in ("write_file", "edit_file"):
-            failed.discard(path)
-        elif call.name == "run" and may_write(str(call.arguments.get("command", ""))):
-            failed.clear()
-    return False
-
-
 def episode_behaviours(episode: Episode, solved: bool) -> dict[str, float | None]:
     """The flags of one episode (1.0 / 0.0; None where the flag does not apply: `recovered`
     for an episode without a failing test run)."""
@@ -101,7 +83,7 @@ def episode_behaviours(episode: Episode, solved: bool) -> dict[str, float | None
             checked is not None and bool(_CHECK_WORDS.search(episode.final_message))
         ),
         "reread": float(_reread(episode)),
-        "failed_read_again": float(_failed_read_again(episode)),
+        "failed_read_again": float(bool(failed_reads_again(episode))),
     }
 
 

@@ -23,7 +23,7 @@ RANDOM_POLICY_NOTE = (
 """The note of a study that trains or evaluates a policy and was given none."""
 
 
-WatchedBehaviour = Literal["reread", "todo_left"]
+WatchedBehaviour = Literal["reread", "todo_left", "failed_read_again"]
 """behaviour-reward: the behaviours it can watch, each with its monitor and matching reward
 (`composer_rl.studies.behaviour_reward.WATCHES`)."""
 

@@ -23,8 +23,14 @@ that flags exactly what its matching reward charges (`WATCHES`):
   (`composer_rewards.rewards.unfinished.placeholders`), so it flags exactly the lines the
   reward's `unfinished_code` component charges. The SFT policy leaves a TODO in only 0.009
   of its T=1 episodes: too rare to show a fall, which the verdict rule reports as such.
+- `failed_read_again`: the episode reads a missing file again, with nothing between that
+  could have made it (composer-rewards' `failed_reads_again` reading). The mix's SFT policy
+  does it in 0.57 of its greedy `validation_words` episodes
+  (docs/rl/2026-12-05-failed-read-loops.md). The monitor is the built-in
+  `failed_read_again`; the reward, `failed_reads_again`, is optional (not a built-in), so
+  the add registers it for the first time.
 
-The steps, the same for either behaviour:
+The steps, the same for every behaviour:
 
 - **The monitor** flags the behaviour on every episode from the first step.
 - **The matching reward** is blocked at the start (`plugins.block = [<reward>]`), so the
@@ -104,8 +110,11 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from composer_rewards import Episode, MonitorReport, hookimpl
+from composer_rewards.monitors.failed_read_again import FLAG as FAILED_READ_FLAG
+from composer_rewards.monitors.failed_read_again import FailedReadAgainMonitor
 from composer_rewards.monitors.reread import FLAG as REREAD_FLAG
 from composer_rewards.monitors.reread import RereadMonitor
+from composer_rewards.rewards.failed_reads import FailedReadsAgainPenalty
 from composer_rewards.rewards.redundant_reads import RedundantReadsPenalty
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty, placeholders
 from composer_rl.agent.quick import random_checkpoint
@@ -203,6 +212,17 @@ WATCHES: dict[WatchedBehaviour, Watch] = {
         reward_name=UnfinishedWorkPenalty.name,
         reward_spec="composer_rewards.rewards.unfinished:UnfinishedWorkPenalty",
         component="unfinished_code",
+        weight=REWARD_WEIGHT,
+    ),
+    "failed_read_again": Watch(
+        behaviour="failed_read_again",
+        description="a missing file read again with nothing between that could have made it",
+        monitor=FailedReadAgainMonitor.name,
+        listed=False,
+        flag=FAILED_READ_FLAG,
+        reward_name=FailedReadsAgainPenalty.name,
+        reward_spec="composer_rewards.rewards.failed_reads:FailedReadsAgainPenalty",
+        component="failed_reads_again",
         weight=REWARD_WEIGHT,
     ),
 }
