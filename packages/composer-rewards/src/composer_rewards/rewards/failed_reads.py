@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_hooks import hookimpl
-from composer_rewards.episode import COMPACTIONS_KEY, EDIT_TOOLS, TERMINAL_TOOL, Episode
+from composer_rewards.episode import Episode
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
-from composer_rewards.rewards.redundant_reads import read_path, workspace_path
-from composer_rewards.transcript import may_write
+from composer_rewards.rewards.redundant_reads import read_events
 
 
 class FailedReadsAgainSettings(BaseModel):
@@ -65,33 +64,23 @@ class FailedReadAgain:
 def failed_reads_again(episode: Episode) -> list[FailedReadAgain]:
     """Every read of `episode` of a path whose last read failed, with nothing between that
     could have made the file (the module docstring says what counts)."""
-    compactions = sorted(int(turn) for turn in episode.metadata.get(COMPACTIONS_KEY, ()) or ())
     failed: dict[str, int] = {}  # path -> index of its last failed read
     found: list[FailedReadAgain] = []
-    turn_seen = None
-    for index, call in enumerate(episode.tool_calls):
-        if call.malformed:
-            continue
-        if turn_seen is not None and any(turn_seen <= t < call.turn for t in compactions):
+    for event in read_events(episode):
+        if event.forget == "all":
             failed.clear()
-        turn_seen = call.turn
-        if call.name in EDIT_TOOLS:
-            path = workspace_path(str(call.arguments.get("path", "")))
-            if path is not None:
-                failed.pop(path, None)
+        elif event.forget == "path":
+            failed.pop(event.path or "", None)
+        elif event.path is None:
             continue
-        if call.name == TERMINAL_TOOL and may_write(str(call.arguments.get("command", ""))):
-            failed.clear()
-            continue
-        path = read_path(call.name, call.arguments)
-        if path is None:
-            continue
-        if call.ok:  # the file is there after all: this read learned something
-            failed.pop(path, None)
-            continue
-        if path in failed:
-            found.append(FailedReadAgain(index, call.name, path, failed[path]))
-        failed[path] = index
+        elif event.call.ok:  # the file is there after all: this read learned something
+            failed.pop(event.path, None)
+        else:
+            if event.path in failed:
+                found.append(
+                    FailedReadAgain(event.index, event.call.name, event.path, failed[event.path])
+                )
+            failed[event.path] = event.index
     return found
 
 

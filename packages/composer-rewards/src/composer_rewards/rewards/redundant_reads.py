@@ -38,14 +38,14 @@ monitor (:mod:`composer_rewards.monitors.reread`) flags exactly the reads it ret
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from composer_hooks import hookimpl
-from composer_rewards.episode import COMPACTIONS_KEY, EDIT_TOOLS, TERMINAL_TOOL, Episode
+from composer_rewards.episode import COMPACTIONS_KEY, EDIT_TOOLS, TERMINAL_TOOL, Episode, ToolCall
 from composer_rewards.plugin import ConfiguredPlugin
 from composer_rewards.results import RewardComponent
 from composer_rewards.transcript import may_write
@@ -124,34 +124,56 @@ def read_path(name: str, arguments: Mapping[str, Any]) -> str | None:
     return None
 
 
-def redundant_reads(episode: Episode) -> list[RedundantRead]:
-    """Every read of `episode` that learned nothing new, in order (the module docstring
-    says what counts)."""
+@dataclass(frozen=True)
+class ReadEvent:
+    """One step of an episode as a reading of files sees it: `forget` names what may have
+    changed since (``"all"``: every file, after a compaction or a command that could write;
+    ``"path"``: the file `path`, after an edit of it); otherwise tool call `index` read
+    `path` (successfully or not: `call.ok`)."""
+
+    index: int
+    call: ToolCall
+    path: str | None
+    forget: Literal["all", "path"] | None = None
+
+
+def read_events(episode: Episode) -> Iterator[ReadEvent]:
+    """The reads of `episode` and what may have changed between them, in order (malformed
+    calls were never executed and give nothing). The one account of "what makes a read new"
+    for every reading of reads (`redundant_reads`, `failed_reads.failed_reads_again`)."""
     compactions = sorted(int(turn) for turn in episode.metadata.get(COMPACTIONS_KEY, ()) or ())
-    seen: dict[str, tuple[int, str]] = {}  # path -> (index of its last read, what it showed)
-    found: list[RedundantRead] = []
     turn_seen = None
     for index, call in enumerate(episode.tool_calls):
         if call.malformed:
             continue
         if turn_seen is not None and any(turn_seen <= t < call.turn for t in compactions):
-            seen.clear()
+            yield ReadEvent(index, call, None, "all")
         turn_seen = call.turn
         if call.name in EDIT_TOOLS:
             path = workspace_path(str(call.arguments.get("path", "")))
             if path is not None:
-                seen.pop(path, None)
-            continue
-        if call.name == TERMINAL_TOOL and may_write(str(call.arguments.get("command", ""))):
+                yield ReadEvent(index, call, path, "path")
+        elif call.name == TERMINAL_TOOL and may_write(str(call.arguments.get("command", ""))):
+            yield ReadEvent(index, call, None, "all")
+        elif (path := read_path(call.name, call.arguments)) is not None:
+            yield ReadEvent(index, call, path)
+
+
+def redundant_reads(episode: Episode) -> list[RedundantRead]:
+    """Every read of `episode` that learned nothing new, in order (the module docstring
+    says what counts)."""
+    seen: dict[str, tuple[int, str]] = {}  # path -> (index of its last read, what it showed)
+    found: list[RedundantRead] = []
+    for event in read_events(episode):
+        if event.forget == "all":
             seen.clear()
-            continue
-        path = read_path(call.name, call.arguments) if call.ok else None
-        if path is None:
-            continue
-        last = seen.get(path)
-        if last is not None and call.output == last[1]:
-            found.append(RedundantRead(index, call.name, path, last[0]))
-        seen[path] = (index, call.output)
+        elif event.forget == "path":
+            seen.pop(event.path or "", None)
+        elif event.path is not None and event.call.ok:
+            last = seen.get(event.path)
+            if last is not None and event.call.output == last[1]:
+                found.append(RedundantRead(event.index, event.call.name, event.path, last[0]))
+            seen[event.path] = (event.index, event.call.output)
     return found
 
 
