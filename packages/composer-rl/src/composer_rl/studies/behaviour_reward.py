@@ -517,7 +517,7 @@ def _rate(pair: tuple[float, float]) -> str:
 
 def _figure(runs: dict[str, dict[str, Any]], sizes: Sizes, watch: Watch) -> Figure:
     add_at = sizes.add_at
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, label in zip(
         axes,
         ("rate", "solved"),
@@ -554,7 +554,7 @@ def _figure(runs: dict[str, dict[str, Any]], sizes: Sizes, watch: Watch) -> Figu
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set(xlabel="policy version that started the episode (steps trained)", ylabel=label)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="lower left")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8)
     axes[0].set_title(f"{watch.behaviour} by version (± s.e. over groups)")
     axes[1].set_title("solve rate by version (± s.e. over groups)")
     fig.suptitle(
