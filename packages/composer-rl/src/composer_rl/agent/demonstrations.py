@@ -173,10 +173,10 @@ the words of the invented-name demonstrations. Held-out names never enter a demo
 
 
 def lost_path(task: Task, rng: random.Random) -> str | None:
-    """A path to read by mistake, which the repository lacks, of one of the three kinds the
-    SFT policies of 2026-12-05 read (docs/rl/2026-12-05-failed-read-loops.md): a recalled
-    name (`RECALLED_NAMES`), or the right name's first two or three letters run on into a
-    recalled one (`brush.py` -> `brigh.py`). In the folder of the first file the
+    """A path to read by mistake, which the repository lacks, of the kinds the SFT policies
+    of 2026-12-05 read (docs/rl/2026-12-05-failed-read-loops.md): a recalled name
+    (`RECALLED_NAMES`), or the right name's first two or three letters run on into a
+    recalled one (`brush.py` -> `brigh.py`), half of each. In the folder of the first file the
     demonstration reads; None when it reads no file."""
     reads = read_paths(task)
     if not reads:
