@@ -20,10 +20,11 @@ The behaviours (`composer_rl.agent.demonstrations` plays them):
 Across all of them, a `lost_read` share of demonstrations (drawn apart from the behaviour)
 opens its reading with a file that does not exist: a name recalled from other training
 tasks or demonstrations, or the right name's first letters run on into one, the ways the
-SFT policies of 2026-12-05 got names wrong (docs/rl/2026-12-05-failed-read-loops.md). The tool's error comes back,
-the demonstration lists the files and reads the right one. Those policies answered such an
-error by reading the same missing path again until the turns ran out, in over half of
-their greedy validation episodes: no demonstration had ever shown what to do after one.
+SFT policies of 2026-12-05 got names wrong (docs/rl/2026-12-05-failed-read-loops.md).
+The tool's error comes back, the demonstration lists the files and reads the right one.
+Those policies answered such an error by reading the same missing path again until the
+turns ran out, in over half of their greedy validation episodes: no demonstration had
+ever shown what to do after one.
 
 Each task's behaviour is drawn from its id and `seed` alone (`behaviour_of`), so a task's
 demonstration does not depend on which other tasks are in the run, and the same config
