@@ -368,10 +368,8 @@ def plan_demonstration(
             plan.edits, plan.details["todo"] = marked
     if plan.attempt is not None:
         plan.details["wrong"] = {"source": plan.attempt.source, "what": plan.attempt.what}
-    if mix.read_is_lost(task.id):
-        plan.details["lost_read"] = lost_path(task, mix.rng(task.id, "lost_read"))
-        if plan.details["lost_read"] is None:
-            del plan.details["lost_read"]
+    if mix.read_is_lost(task.id) and (lost := lost_path(task, mix.rng(task.id, "lost_read"))):
+        plan.details["lost_read"] = lost
     return plan
 
 

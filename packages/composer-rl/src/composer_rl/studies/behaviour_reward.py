@@ -26,8 +26,8 @@ that flags exactly what its matching reward charges (`WATCHES`):
 - `failed_read_again`: the episode reads a missing file again, with nothing between that
   could have made it (composer-rewards' `failed_reads_again` reading). The mix's SFT policy
   does it in 0.57 of its greedy `validation_words` episodes
-  (docs/rl/2026-12-05-failed-read-loops.md), but in only about 0.08 of its T=1 episodes on
-  training tasks, the ones RL samples. The monitor is the built-in
+  (docs/rl/2026-12-05-failed-read-loops.md), but in only 0.075 ± 0.014 of its T=1
+  episodes on training tasks, the ones RL samples (the full study's before window, seed 0). The monitor is the built-in
   `failed_read_again`; the reward, `failed_reads_again`, is optional (not a built-in), so
   the add registers it for the first time.
 
