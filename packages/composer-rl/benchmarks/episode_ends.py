@@ -9,7 +9,9 @@ limit learning_margin.py scores with), and the episodes' tool calls are counted:
   their first word (a search is a `run` as much as a test run is);
 - the behaviour rates of `composer_rl.eval.behaviour` over these episodes, each with its
   standard error, among them `failed_read_again`;
-- the same, among the episodes cut by the turn limit.
+- the same, among the episodes cut by the turn limit;
+- with more than one checkpoint, each later one against the first, paired over tasks: the
+  solved share and every behaviour rate, as a margin and its paired standard error.
 
 Written for issue 29's question why careful-only SFT ran the tests less than SFT on the mix
 (docs/rl/2026-12-05-failed-read-loops.md). The episodes' calls go to --out as JSON lines.
@@ -33,15 +35,40 @@ from composer_rl.agent.episode import EpisodeResult, episode_view
 from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.behaviour import behaviour_rates, per_task_behaviours
 from composer_rl.eval.evaluate import EvalConfig, run_eval
-from composer_rl.eval.stats import mean_se
-from composer_rl.rl.compare import SPLITS
+from composer_rl.eval.stats import format_se, mean_se
+from composer_rl.rl.compare import SPLITS, paired_margin
 from composer_rl.rl.config import RLConfig
 
 
-def _rates(results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> dict[str, str]:
+def per_task_rates(
+    results: list[EpisodeResult], tokenizer: ComposerTokenizer
+) -> dict[str, dict[str, float]]:
+    """{"solved" or a behaviour: {task id: the task's value}}: what a paired comparison of
+    two checkpoints on the same tasks needs."""
     views = [(r.task.id, episode_view(r, tokenizer), r.solved) for r in results]
-    rates = behaviour_rates(per_task_behaviours(views))
+    return {"solved": {r.task.id: float(r.solved) for r in results}} | per_task_behaviours(views)
+
+
+def _rates(results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> dict[str, str]:
+    per_task = per_task_rates(results, tokenizer)
+    del per_task["solved"]
+    rates = behaviour_rates(per_task)
     return {name: f"{mean:.3f} ± {se:.3f} ({n})" for name, (mean, se, n) in rates.items()}
+
+
+def paired_lines(
+    name: str, reference: dict[str, dict[str, float]], other: dict[str, dict[str, float]]
+) -> list[str]:
+    """`other` minus `reference` for each rate both have, paired over the tasks both scored
+    (a behaviour that does not apply to a task, `recovered` without a failing run, leaves
+    the task out of that rate's pair; a rate with no task in common is left out)."""
+    lines = [f"== {name} minus the first checkpoint, paired over tasks (± paired s.e. (tasks)):"]
+    for rate in reference:
+        if rate in other:
+            mean, se, n = paired_margin(reference[rate], other[rate])
+            if n:
+                lines.append(f"    {rate}: {format_se(mean, se, sign=True)} ({n})")
+    return lines
 
 
 def describe(name: str, results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> str:
@@ -100,11 +127,13 @@ def main() -> int:
     runner = RLConfig().rollout.model_copy(update={"temperature": 0.0})
     print(f"{len(tasks)} {args.split} tasks, turn limit {runner.max_turns}")
     rows = []
+    per_task: list[dict[str, dict[str, float]]] = []
     for model in models:
         config = EvalConfig(samples=1, runner=runner, tasks_per_step=len(tasks))
         _, results = run_eval(model, tasks, config, args.threads)
         tokenizer = ComposerTokenizer.from_file(model / "tokenizer.json")
         print(describe(str(model), results, tokenizer), flush=True)
+        per_task.append(per_task_rates(results, tokenizer))
         rows += [
             {
                 "model": str(model),
@@ -115,6 +144,8 @@ def main() -> int:
             }
             for r in results
         ]
+    for model, rates in zip(models[1:], per_task[1:], strict=True):
+        print("\n".join(paired_lines(str(model), per_task[0], rates)), flush=True)
     if args.out:
         args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return 0

@@ -3,15 +3,49 @@ episodes themselves."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "episode_ends.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("episode_ends", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_later_checkpoint_is_set_against_the_first_paired_over_tasks() -> None:
+    """Differences per task, then their mean and standard error: the spread of the
+    per-task differences, not of each rate, so a shared hard task cancels."""
+    first = {
+        "solved": {"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.0},
+        "failed_read_again": {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0},
+        "recovered": {"a": 0.0},
+    }
+    later = {
+        "solved": {"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0},
+        "failed_read_again": {"a": 0.0, "b": 0.0, "c": 0.0, "d": 1.0},
+        "recovered": {"b": 1.0},  # no task in common: nothing to pair
+    }
+    lines = _script().paired_lines("runs/lost/sft/final", first, later)
+    assert lines[0].startswith("== runs/lost/sft/final minus the first checkpoint")
+    # solved: differences 1, 0, 0, 0 -> +0.25, s.e. sqrt(0.25/4) = 0.25
+    assert lines[1] == "    solved: +0.250 ± 0.250 (4)"
+    # failed_read_again: differences -1, -1, 0, 0 -> -0.5, s.d. sqrt(1/3), s.e. /2
+    se = math.sqrt(1 / 3) / 2
+    assert lines[2] == f"    failed_read_again: -0.500 ± {se:.3f} (4)"
+    assert len(lines) == 3  # recovered: no task in common
 
 
 @pytest.mark.slow  # about a minute: 31 episodes of a random tiny model
