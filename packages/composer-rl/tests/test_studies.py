@@ -15,6 +15,8 @@ import torch
 
 from composer_kernels import nvfp4_quantize
 from composer_rl import cli
+from composer_rl.agent.quick import random_checkpoint
+from composer_rl.rl.compare import heldout_tasks
 from composer_rl.rl.config import load_config, to_toml
 from composer_rl.studies import (
     NOT_IMPLEMENTED,
@@ -509,23 +511,78 @@ def test_self_summary_compares_the_tasks_both_modes_compacted_paired_by_task() -
     assert result["error"]["summarize"][0] == pytest.approx(0.0)
 
 
-def test_self_summary_verdict_needs_summaries_ahead_beyond_two_se_at_every_budget() -> None:
-    def result(*diffs: tuple[float, float]) -> dict[str, Any]:
-        return {
-            "budgets": {
-                str(b): {
-                    "summarize_minus_truncate": d,
-                    "compacted_in_both": 50,
-                    "error": {"summarize": (0.1, 0.05), "truncate": (0.2, 0.05)},
-                }
-                for b, d in zip((320, 448), diffs, strict=False)
+def _compacted_budgets(
+    *diffs: tuple[float, float], solved: tuple[int, ...] = (20, 20)
+) -> dict[str, Any]:
+    """A `run_budgets` result with what the verdict reads: each budget's paired difference
+    and how many of its 50 compacted tasks the policy solves without a budget."""
+    return {
+        "budgets": {
+            str(b): {
+                "summarize_minus_truncate": d,
+                "compacted_in_both": 50,
+                "variants": {"none": {"pass1_compacted": (k / 50, 0.05)}},
+                "error": {"summarize": (0.1, 0.05), "truncate": (0.2, 0.05)},
             }
+            for b, d, k in zip((320, 448), diffs, solved, strict=False)
         }
+    }
 
-    assert self_summary.verdict(result((0.2, 0.05), (0.15, 0.05))).held is True
-    assert self_summary.verdict(result((0.2, 0.05), (0.05, 0.05))).held is False
-    assert self_summary.verdict(result((-0.2, 0.05), (0.2, 0.05))).held is False
-    assert self_summary.verdict(result((0.2, math.nan))).held is None
+
+def test_self_summary_verdict_needs_summaries_ahead_beyond_two_se_at_every_budget() -> None:
+    assert self_summary.verdict(_compacted_budgets((0.2, 0.05), (0.15, 0.05))).held is True
+    assert (
+        self_summary.verdict(_compacted_budgets((0.2, 0.05), (0.05, 0.05))).label == "held in part"
+    )
+    assert self_summary.verdict(_compacted_budgets((-0.2, 0.05), (0.2, 0.05))).held is False
+    assert self_summary.verdict(_compacted_budgets((0.2, math.nan))).held is None
+
+
+def test_self_summary_verdict_judges_only_budgets_with_solved_tasks_to_lose() -> None:
+    """A policy that solves (almost) nothing without a budget cannot lose tasks to
+    compaction: undecided, not a tie, and a budget without such tasks is not judged."""
+    few = self_summary.MIN_SOLVED_WITHOUT_BUDGET - 1
+    nothing = self_summary.verdict(_compacted_budgets((0.0, 0.02), (0.02, 0.02), solved=(1, few)))
+    assert nothing.label == "undecided" and nothing.held is None
+    assert "320: 1 of 50, 448: 4 of 50" in nothing.strength
+    # 448 has too few: only 320 is judged, where summaries lead beyond 2 s.e.
+    judged = self_summary.verdict(_compacted_budgets((0.2, 0.05), (-0.3, 0.05), solved=(20, few)))
+    assert judged.label == "held"
+    assert f"not judged: {few} solved without one" in judged.summary
+    enough = self_summary.MIN_SOLVED_WITHOUT_BUDGET
+    both = self_summary.verdict(_compacted_budgets((0.2, 0.05), (-0.3, 0.05), solved=(20, enough)))
+    assert both.held is False  # truncation leads at 448, now judged
+
+
+def test_self_summary_keeps_its_episodes_and_replays_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a work directory a rerun judges the kept episodes again (a verdict rule changed)
+    without playing them; other weights, tasks or runner settings are played anew."""
+    model = random_checkpoint(tmp_path / "model", 0)
+    tasks = [t for t in heldout_tasks(1) if t.difficulty == 1][:2]
+    keep = tmp_path / "work" / "truncate@320.json"
+    rows = self_summary.run_variant(model, tasks, "truncate", 320, keep)
+    assert [r["task"] for r in rows] == [t.id for t in tasks]
+    kept = json.loads(keep.read_text())
+    assert kept["weights"] == weights_digest(model) and kept["rows"] == rows
+
+    played: list[int] = []
+    real_run_eval = self_summary.run_eval
+
+    def counting_run_eval(*args: Any, **kwargs: Any) -> Any:
+        played.append(len(args[1]))
+        return real_run_eval(*args, **kwargs)
+
+    monkeypatch.setattr(self_summary, "run_eval", counting_run_eval)
+    assert self_summary.run_variant(model, tasks, "truncate", 320, keep) == rows
+    assert played == []  # reused
+    self_summary.run_variant(model, tasks[:1], "truncate", 320, keep)  # other tasks
+    self_summary.run_variant(model, tasks[:1], "truncate", 448, keep)  # other budget
+    assert played == [1, 1]
+    random_checkpoint(model, 1)  # other weights at the same path
+    self_summary.run_variant(model, tasks[:1], "truncate", 448, keep)
+    assert played == [1, 1, 1]
 
 
 @pytest.mark.slow  # three evaluations of seven tasks (about a minute)
@@ -639,7 +696,9 @@ def _budgets(rewards: dict[float, list[float]]) -> dict[str, Any]:
 
 
 def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
-    falling = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
+    falling = _budgets(
+        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
+    )
     result = {"budgets": falling, "fits": cpt_vs_rl.fits(falling)}
     assert result["fits"]["reward"]["slope"] < 0
     assert len(result["fits"]["reward"]["per_seed_slopes"]) == 2
@@ -647,7 +706,9 @@ def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
     assert cpt_vs_rl.verdict(result).held is True
     flat = _budgets({5.0: [0.5, 0.3], 5.4: [0.3, 0.5], 5.8: [0.5, 0.3], 6.3: [0.3, 0.5]})
     assert cpt_vs_rl.verdict({"budgets": flat, "fits": cpt_vs_rl.fits(flat)}).held is False
-    unsolved = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
+    unsolved = _budgets(
+        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
+    )
     for budget in unsolved.values():
         for run in budget["rl"].values():
             run["solved"] = (0.0, 0.0)
@@ -661,7 +722,9 @@ def test_cpt_vs_rl_is_undecided_while_rl_has_not_learned() -> None:
     """The same falling relation, but each RL run ends where its SFT policy began (within
     noise): the relation may be SFT's own, so the claim about RL's reward rests on RL
     learning, which is not shown."""
-    falling = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
+    falling = _budgets(
+        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
+    )
     for i, run in enumerate(r for b in falling.values() for r in b["rl"].values()):
         run["first_reward"] = (run["reward"][0] + (0.02 if i % 2 else -0.02), 0.02)
     verdict = cpt_vs_rl.verdict({"budgets": falling, "fits": cpt_vs_rl.fits(falling)})

@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--work-dir",
         type=Path,
-        help="length-penalty, cpt-vs-rl, behaviour-reward: keep the runs of its variants here, and reuse the "
-        "finished ones on a rerun (default: a temporary directory, deleted at the end)",
+        help="length-penalty, cpt-vs-rl, behaviour-reward: keep the runs of its variants here, and "
+        "reuse the finished ones on a rerun; self-summary: the same for its variants' episodes "
+        "(default: a temporary directory, deleted at the end)",
     )
     parser.add_argument(
         "--behaviour",

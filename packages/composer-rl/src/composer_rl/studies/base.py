@@ -39,7 +39,8 @@ class StudyOptions:
     rl_run_dir: Path | None = None  # kl-estimators: an RL run whose metrics.jsonl to plot
     # nvfp4-invariance, router-replay, async: a trained model instead of random init
     checkpoint: Path | None = None
-    # Studies that train: where their runs go (kept); None: a temporary directory
+    # Studies that train: where their runs go (kept); self-summary: its episodes; None: a
+    # temporary directory
     work_dir: Path | None = None
     # behaviour-reward: the behaviour its monitor flags and its added reward charges
     behaviour: WatchedBehaviour = "reread"

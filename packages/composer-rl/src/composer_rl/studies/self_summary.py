@@ -25,10 +25,15 @@ instruction does not say: each edited file's path and the exact text an edit rep
 compaction carried them when all of them appear in what it kept (the summary, or the kept
 turns). The compaction error of a variant is `none`'s pass@1 minus its own, on the tasks
 where both compacting variants compacted (paired by task).
+
+With `--work-dir`, each variant's episodes are kept there (`<variant>.json`, with the
+weights' digest, the task ids and the runner settings they were played under) and a rerun
+reuses those that match, so a change to how the episodes are judged does not replay them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 from dataclasses import dataclass
@@ -49,6 +54,7 @@ from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import heldout_tasks
 from composer_rl.rl.config import RolloutConfig
 from composer_rl.studies.base import RANDOM_POLICY_NOTE, StudyOptions, StudyOutcome, Verdict
+from composer_rl.studies.rl_runs import weights_digest
 from composer_rl.tasks.model import Task
 
 MODES: tuple[CompactionMode, ...] = ("summarize", "truncate")
@@ -116,15 +122,34 @@ def runner_config(mode: CompactionMode | None, budget: int) -> RunnerConfig:
 
 
 def run_variant(
-    checkpoint: Path, tasks: list[Task], mode: CompactionMode | None, budget: int
+    checkpoint: Path,
+    tasks: list[Task],
+    mode: CompactionMode | None,
+    budget: int,
+    keep: Path | None = None,
 ) -> list[dict[str, Any]]:
+    """One variant's episode rows; with `keep` (a JSON file), those kept there by an earlier
+    run of the same weights, tasks and runner settings, else played and kept there."""
     config = EvalConfig(
         runner=runner_config(mode, budget),
         max_batch_size=24,
         max_seq_len=RolloutConfig().max_seq_len,
     )
+    played_under = {
+        "weights": weights_digest(checkpoint),
+        "tasks": [t.id for t in tasks],
+        "runner": config.runner.model_dump(mode="json"),
+    }
+    if keep is not None and keep.is_file():
+        kept = json.loads(keep.read_text())
+        if {k: kept.get(k) for k in played_under} == played_under:
+            return list(kept["rows"])
     _, results = run_eval(checkpoint, tasks, config)
-    return [episode_row(r) for r in results]
+    rows = [episode_row(r) for r in results]
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text(json.dumps({**played_under, "rows": rows}) + "\n")
+    return rows
 
 
 def _ratio(tokens: list[float], solved: list[float]) -> float:
@@ -168,14 +193,18 @@ def compare_budget(
     return out
 
 
-def run_budgets(checkpoint: Path, sizes: Sizes) -> dict[str, Any]:
+def run_budgets(checkpoint: Path, sizes: Sizes, work_dir: Path | None = None) -> dict[str, Any]:
     tasks = [t for t in heldout_tasks(sizes.per_template) if t.difficulty <= sizes.max_difficulty]
-    reference = run_variant(checkpoint, tasks, None, 0)
+
+    def keep(key: str) -> Path | None:
+        return work_dir / f"{key}.json" if work_dir is not None else None
+
+    reference = run_variant(checkpoint, tasks, None, 0, keep("none"))
     budgets: dict[str, Any] = {}
     episodes: dict[str, Any] = {"none": reference}
     for budget in sizes.budgets:
         rows: dict[str, list[dict[str, Any]]] = {
-            m: run_variant(checkpoint, tasks, m, budget) for m in MODES
+            m: run_variant(checkpoint, tasks, m, budget, keep(f"{m}@{budget}")) for m in MODES
         }
         episodes.update({f"{m}@{budget}": r for m, r in rows.items()})
         budgets[str(budget)] = compare_budget(rows, reference)
@@ -186,10 +215,24 @@ def _fmt(pair: tuple[float, float] | list[float], digits: int = 3, sign: bool = 
     return format_se(pair[0], pair[1], digits, sign)
 
 
+MIN_SOLVED_WITHOUT_BUDGET = 5
+"""Compacted tasks the policy must solve without a budget for a budget to be judged. With k
+of them, compaction can lose at most k tasks, a loss whose standard error is about sqrt(k)
+tasks: below 5 it cannot clear 2 s.e. in either mode, so a budget with fewer says nothing
+about summaries against truncation (a policy that solves almost nothing, not a tie)."""
+
+
+def solved_without_budget(budget: dict[str, Any]) -> int:
+    """How many of a budget's compacted-in-both tasks the policy solves without a budget."""
+    return round(budget["variants"]["none"]["pass1_compacted"][0] * budget["compacted_in_both"])
+
+
 def verdict(result: dict[str, Any]) -> Verdict:
-    """Held when, at every budget, summarizing solves more of the compacted tasks than
-    truncating beyond 2 s.e. (paired by task)."""
-    diffs = {b: r["summarize_minus_truncate"] for b, r in result["budgets"].items()}
+    """Held when, at every budget the policy can lose tasks at, summarizing solves more of
+    the compacted tasks than truncating beyond 2 s.e. (paired by task); undecided where no
+    budget has `MIN_SOLVED_WITHOUT_BUDGET` compacted tasks solved without a budget."""
+    budgets = result["budgets"]
+    diffs = {b: r["summarize_minus_truncate"] for b, r in budgets.items()}
     if any(math.isnan(se) for _, se in diffs.values()):
         return Verdict(
             "undecided",
@@ -197,8 +240,22 @@ def verdict(result: dict[str, Any]) -> Verdict:
             "Too few tasks compacted in both modes.",
             "rests on tasks that compact under both modes",
         )
+    solved = {b: solved_without_budget(r) for b, r in budgets.items()}
+    if all(k < MIN_SOLVED_WITHOUT_BUDGET for k in solved.values()):
+        counts = ", ".join(
+            f"{b}: {k} of {budgets[b]['compacted_in_both']}" for b, k in solved.items()
+        )
+        return Verdict(
+            "undecided",
+            f"the policy solves too few compacted tasks without a budget ({counts})",
+            f"Without a budget the policy solves {counts} of the tasks both modes compacted "
+            f"(fewer than {MIN_SOLVED_WITHOUT_BUDGET} at every budget): compaction has no "
+            "solved task to lose, so neither mode can be shown to lose less.",
+            "rests on a policy that solves the compacted tasks without a budget",
+        )
+    diffs = {b: d for b, d in diffs.items() if solved[b] >= MIN_SOLVED_WITHOUT_BUDGET}
     parts = []
-    for budget, r in result["budgets"].items():
+    for budget, r in budgets.items():
         err = {m: r["error"][m][0] for m in MODES}
         cut = (
             f", compaction error cut by {1 - err['summarize'] / err['truncate']:.0%}"
@@ -206,10 +263,12 @@ def verdict(result: dict[str, Any]) -> Verdict:
             else ""
         )
         parts.append(
-            f"budget {budget}: summarize - truncate {_fmt(diffs[budget], sign=True)} on "
+            f"budget {budget}: summarize - truncate "
+            f"{_fmt(r['summarize_minus_truncate'], sign=True)} on "
             f"{r['compacted_in_both']} tasks (errors against no budget: summarize "
             f"{_fmt(r['error']['summarize'], sign=True)}, truncate "
             f"{_fmt(r['error']['truncate'], sign=True)}{cut})"
+            + ("" if budget in diffs else f"; not judged: {solved[budget]} solved without one")
         )
     summary = "Pass@1 on the tasks both modes compacted, paired by task: " + "; ".join(parts) + "."
     better = [mean - 2 * se > 0 for mean, se in diffs.values()]
@@ -278,7 +337,7 @@ def run(options: StudyOptions) -> StudyOutcome:
     sizes = QUICK if options.quick else FULL
     with tempfile.TemporaryDirectory(prefix="study-summary-") as tmp:
         checkpoint = options.checkpoint or random_checkpoint(Path(tmp) / "random", options.seed)
-        result = run_budgets(checkpoint, sizes)
+        result = run_budgets(checkpoint, sizes, options.work_dir)
     rows = []
     for budget, r in result["budgets"].items():
         for variant in (*MODES, "none"):
