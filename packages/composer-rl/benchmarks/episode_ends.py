@@ -7,6 +7,10 @@ limit learning_margin.py scores with), and the episodes' tool calls are counted:
 - how the episodes stopped (finish, the turn limit, the token limit, a full context);
 - the calls by tool, how many reads failed (a missing file), and the `run` commands by
   their first word (a search is a `run` as much as a test run is);
+- where the missing names come from (`missing_name_source`: the task's instruction or file
+  names, or nowhere in the task, i.e. recalled or invented), and what the read right after
+  a listing that follows a failed read finds (`read_after_listing`: the right file, the
+  same missing path, another missing one): whether the listing was used;
 - the behaviour rates of `composer_rl.eval.behaviour` over these episodes, each with its
   standard error, among them `failed_read_again`;
 - the same, among the episodes cut by the turn limit;
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from composer_model import ComposerTokenizer
+from composer_rewards import ToolCall
 from composer_rl.agent.episode import EpisodeResult, episode_view
 from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.behaviour import behaviour_rates, per_task_behaviours
@@ -38,6 +45,7 @@ from composer_rl.eval.evaluate import EvalConfig, run_eval
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import SPLITS, paired_margin
 from composer_rl.rl.config import RLConfig
+from composer_rl.tasks import Task
 
 
 def per_task_rates(
@@ -71,6 +79,37 @@ def paired_lines(
     return lines
 
 
+def _counts(values: Iterable[str]) -> str:
+    counted = Counter(values)
+    total = sum(counted.values())
+    return ", ".join(f"{k} {v} ({v / total:.2f})" for k, v in counted.most_common()) or "none"
+
+
+def missing_name_source(path: str, task: Task) -> str:
+    """Where the name of a read that found no file comes from: "in the task" when its stem
+    (the file name without `.py`) is a word of the instruction or of a file's path, else
+    "nowhere in the task" (a name recalled from training, or a blend)."""
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py")
+    text = task.instruction + " " + " ".join(task.files)
+    return "in the task" if re.search(rf"\b{re.escape(stem)}\b", text) else "nowhere in the task"
+
+
+def read_after_listing(calls: list[ToolCall]) -> list[str]:
+    """For each failed read, then a listing, then a read: what that read found ("right
+    file", "same missing path", "another missing path")."""
+    found = []
+    for before, listing, after in zip(calls, calls[1:], calls[2:], strict=False):
+        if (before.name, listing.name, after.name) != ("read_file", "list_files", "read_file"):
+            continue
+        if before.ok or before.malformed or after.malformed:
+            continue
+        same = after.arguments.get("path") == before.arguments.get("path")
+        found.append(
+            "right file" if after.ok else "same missing path" if same else "another missing path"
+        )
+    return found
+
+
 def describe(name: str, results: list[EpisodeResult], tokenizer: ComposerTokenizer) -> str:
     """The counts of one checkpoint's episodes, as printed lines."""
     n = len(results)
@@ -93,6 +132,15 @@ def describe(name: str, results: list[EpisodeResult], tokenizer: ComposerTokeniz
             ).most_common(8)
         ),
         f"  reads that failed: {sum(not c.ok for c in reads)} of {len(reads)}",
+        "  missing names: "
+        + _counts(
+            missing_name_source(str(c.arguments.get("path", "")), r.task)
+            for r in results
+            for c in r.calls
+            if c.name == "read_file" and not c.malformed and not c.ok
+        ),
+        "  the read after a failed read and a listing: "
+        + _counts(found for r in results for found in read_after_listing(r.calls)),
         "  run commands by first word: "
         + ", ".join(f"{k or '(empty)'} {v}" for k, v in commands.most_common(6)),
         "  behaviour rates (mean over tasks ± s.e. (tasks)):",

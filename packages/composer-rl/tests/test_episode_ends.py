@@ -14,6 +14,9 @@ from types import ModuleType
 
 import pytest
 
+from composer_rewards import ToolCall
+from composer_rl.tasks import Task
+
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "episode_ends.py"
 
 
@@ -85,3 +88,41 @@ def test_a_checkpoint_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
         done.stderr.strip()
         == f"error: {tmp_path} has no tokenizer.json: give a stage-one checkpoint"
     )
+
+
+def _read(path: str, ok: bool) -> ToolCall:
+    return ToolCall(name="read_file", arguments={"path": path}, ok=ok)
+
+
+def test_missing_names_are_told_apart_by_whether_the_task_holds_them() -> None:
+    task = Task(
+        id="add_docstring-x",
+        category="documentation",
+        difficulty=1,
+        instruction="Add a docstring to `chisel` in `persuade.py` that explains `pond`.",
+        files={"persuade.py": "def chisel(pond):\n    return pond\n", "tests/test_persuade.py": ""},
+        tests={"_grading/test_x.py": "def test_x():\n    pass\n"},
+    )
+    source = _script().missing_name_source
+    assert source("chisel.py", task) == "in the task"  # a word of the instruction
+    assert source("tests/test_persuade.py", task) == "in the task"  # a file's path
+    assert source("sudit.py", task) == "nowhere in the task"  # recalled or invented
+    assert source("persuad.py", task) == "nowhere in the task"  # a blend is not the word
+
+
+def test_the_read_after_a_failed_read_and_a_listing_says_whether_the_listing_was_used() -> None:
+    listing = ToolCall(name="list_files")
+    calls = [
+        _read("grades.py", False), listing, _read("grades.py", False),  # the same miss
+        listing, _read("pebble.py", True),  # after the second miss: the listing was used
+        _read("lookup.py", False), listing, _read("pebble.py", True),  # the right file
+        _read("trek.py", False), listing, _read("treks.py", False),  # another miss
+        _read("a.py", False), ToolCall(name="run"), _read("a.py", False),  # no listing
+        _read("b.py", True), listing, _read("c.py", False),  # the first read found its file
+    ]  # fmt: skip
+    assert _script().read_after_listing(calls) == [
+        "same missing path",
+        "right file",
+        "right file",
+        "another missing path",
+    ]
