@@ -696,9 +696,7 @@ def _budgets(rewards: dict[float, list[float]]) -> dict[str, Any]:
 
 
 def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
-    falling = _budgets(
-        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
-    )
+    falling = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
     result = {"budgets": falling, "fits": cpt_vs_rl.fits(falling)}
     assert result["fits"]["reward"]["slope"] < 0
     assert len(result["fits"]["reward"]["per_seed_slopes"]) == 2
@@ -706,9 +704,7 @@ def test_cpt_vs_rl_verdict_needs_a_falling_reward_beyond_two_se() -> None:
     assert cpt_vs_rl.verdict(result).held is True
     flat = _budgets({5.0: [0.5, 0.3], 5.4: [0.3, 0.5], 5.8: [0.5, 0.3], 6.3: [0.3, 0.5]})
     assert cpt_vs_rl.verdict({"budgets": flat, "fits": cpt_vs_rl.fits(flat)}).held is False
-    unsolved = _budgets(
-        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
-    )
+    unsolved = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
     for budget in unsolved.values():
         for run in budget["rl"].values():
             run["solved"] = (0.0, 0.0)
@@ -722,9 +718,7 @@ def test_cpt_vs_rl_is_undecided_while_rl_has_not_learned() -> None:
     """The same falling relation, but each RL run ends where its SFT policy began (within
     noise): the relation may be SFT's own, so the claim about RL's reward rests on RL
     learning, which is not shown."""
-    falling = _budgets(
-        {5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]}
-    )
+    falling = _budgets({5.0: [0.6, 0.58], 5.4: [0.5, 0.52], 5.8: [0.41, 0.4], 6.3: [0.3, 0.33]})
     for i, run in enumerate(r for b in falling.values() for r in b["rl"].values()):
         run["first_reward"] = (run["reward"][0] + (0.02 if i % 2 else -0.02), 0.02)
     verdict = cpt_vs_rl.verdict({"budgets": falling, "fits": cpt_vs_rl.fits(falling)})

@@ -130,15 +130,12 @@ def run_variant(
 ) -> list[dict[str, Any]]:
     """One variant's episode rows; with `keep` (a JSON file), those kept there by an earlier
     run of the same weights, tasks and runner settings, else played and kept there."""
-    config = EvalConfig(
-        runner=runner_config(mode, budget),
-        max_batch_size=24,
-        max_seq_len=RolloutConfig().max_seq_len,
-    )
+    runner = runner_config(mode, budget)
+    config = EvalConfig(runner=runner, max_batch_size=24, max_seq_len=RolloutConfig().max_seq_len)
     played_under = {
         "weights": weights_digest(checkpoint),
         "tasks": [t.id for t in tasks],
-        "runner": config.runner.model_dump(mode="json"),
+        "runner": runner.model_dump(mode="json"),
     }
     if keep is not None and keep.is_file():
         kept = json.loads(keep.read_text())
