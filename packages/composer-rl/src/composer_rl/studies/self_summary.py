@@ -245,9 +245,9 @@ def verdict(result: dict[str, Any]) -> Verdict:
         return Verdict(
             "undecided",
             f"the policy solves too few compacted tasks without a budget ({counts})",
-            f"Without a budget the policy solves {counts} of the tasks both modes compacted "
-            f"(fewer than {MIN_SOLVED_WITHOUT_BUDGET} at every budget): compaction has no "
-            "solved task to lose, so neither mode can be shown to lose less.",
+            f"Without a budget the policy solves fewer than {MIN_SOLVED_WITHOUT_BUDGET} of the "
+            "tasks both modes compacted, at every budget: compaction has no solved task to "
+            "lose, so neither mode can be shown to lose less.",
             "rests on a policy that solves the compacted tasks without a budget",
         )
     diffs = {b: d for b, d in diffs.items() if solved[b] >= MIN_SOLVED_WITHOUT_BUDGET}
