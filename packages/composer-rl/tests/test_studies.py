@@ -583,6 +583,11 @@ def test_self_summary_keeps_its_episodes_and_replays_only_what_changed(
     random_checkpoint(model, 1)  # other weights at the same path
     self_summary.run_variant(model, tasks[:1], "truncate", 448, keep)
     assert played == [1, 1, 1]
+    keep.write_text(keep.read_text()[:40])  # cut short by a kill
+    self_summary.run_variant(model, tasks[:1], "truncate", 448, keep)
+    assert played == [1, 1, 1, 1]
+    assert self_summary.run_variant(model, tasks[:1], "truncate", 448, keep)  # kept again
+    assert played == [1, 1, 1, 1]
 
 
 @pytest.mark.slow  # three evaluations of seven tasks (about a minute)

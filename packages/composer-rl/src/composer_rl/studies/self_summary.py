@@ -138,9 +138,12 @@ def run_variant(
         "runner": runner.model_dump(mode="json"),
     }
     if keep is not None and keep.is_file():
-        kept = json.loads(keep.read_text())
-        if {k: kept.get(k) for k in played_under} == played_under:
-            return list(kept["rows"])
+        try:  # a file cut short by a kill, or edited by hand, is played again
+            kept = json.loads(keep.read_text())
+            if {k: kept.get(k) for k in played_under} == played_under:
+                return list(kept["rows"])
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
+            pass
     _, results = run_eval(checkpoint, tasks, config)
     rows = [episode_row(r) for r in results]
     if keep is not None:
