@@ -3,12 +3,12 @@ episodes themselves."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -20,15 +20,9 @@ from composer_rl.tasks import Task
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "episode_ends.py"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("episode_ends", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_later_checkpoint_is_set_against_the_first_paired_over_tasks() -> None:
+def test_a_later_checkpoint_is_set_against_the_first_paired_over_tasks(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
     """Differences per task, then their mean and standard error: the spread of the
     per-task differences, not of each rate, so a shared hard task cancels."""
     first = {
@@ -41,7 +35,7 @@ def test_a_later_checkpoint_is_set_against_the_first_paired_over_tasks() -> None
         "failed_read_again": {"a": 0.0, "b": 0.0, "c": 0.0, "d": 1.0},
         "recovered": {"b": 1.0},  # no task in common: nothing to pair
     }
-    lines = _script().paired_lines("runs/lost/sft/final", first, later)
+    lines = benchmark_script("episode_ends").paired_lines("runs/lost/sft/final", first, later)
     assert lines[0].startswith("== runs/lost/sft/final minus the first checkpoint")
     # solved: differences 1, 0, 0, 0 -> +0.25, s.e. sqrt(0.25/4) = 0.25
     assert lines[1] == "    solved: +0.250 ± 0.250 (4)"
@@ -94,7 +88,9 @@ def _read(path: str, ok: bool) -> ToolCall:
     return ToolCall(name="read_file", arguments={"path": path}, ok=ok)
 
 
-def test_missing_names_are_told_apart_by_whether_the_task_holds_them() -> None:
+def test_missing_names_are_told_apart_by_whether_the_task_holds_them(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
     task = Task(
         id="add_docstring-x",
         category="documentation",
@@ -103,14 +99,16 @@ def test_missing_names_are_told_apart_by_whether_the_task_holds_them() -> None:
         files={"persuade.py": "def chisel(pond):\n    return pond\n", "tests/test_persuade.py": ""},
         tests={"_grading/test_x.py": "def test_x():\n    pass\n"},
     )
-    source = _script().missing_name_source
+    source = benchmark_script("episode_ends").missing_name_source
     assert source("chisel.py", task) == "in the task"  # a word of the instruction
     assert source("tests/test_persuade.py", task) == "in the task"  # a file's path
     assert source("sudit.py", task) == "nowhere in the task"  # recalled or invented
     assert source("persuad.py", task) == "nowhere in the task"  # a blend is not the word
 
 
-def test_the_read_after_a_failed_read_and_a_listing_says_whether_the_listing_was_used() -> None:
+def test_the_read_after_a_failed_read_and_a_listing_says_whether_the_listing_was_used(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
     listing = ToolCall(name="list_files")
     calls = [
         _read("grades.py", False), listing, _read("grades.py", False),  # the same miss
@@ -120,7 +118,7 @@ def test_the_read_after_a_failed_read_and_a_listing_says_whether_the_listing_was
         _read("a.py", False), ToolCall(name="run"), _read("a.py", False),  # no listing
         _read("b.py", True), listing, _read("c.py", False),  # the first read found its file
     ]  # fmt: skip
-    assert _script().read_after_listing(calls) == [
+    assert benchmark_script("episode_ends").read_after_listing(calls) == [
         "same missing path",
         "right file",
         "right file",

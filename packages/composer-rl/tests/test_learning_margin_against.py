@@ -3,23 +3,15 @@ tasks, paired over tasks (how two stage ones, or a reference and the RL start, a
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from composer_rl.eval.scores import PolicyScores
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "learning_margin.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("learning_margin", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _policy(name: str, solved: set[str], tested: set[str]) -> PolicyScores:
@@ -32,8 +24,10 @@ def _policy(name: str, solved: set[str], tested: set[str]) -> PolicyScores:
     )
 
 
-def test_the_other_policy_is_paired_over_tasks_with_the_baselines_beside_it() -> None:
-    script = _script()
+def test_the_other_policy_is_paired_over_tasks_with_the_baselines_beside_it(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
+    script = benchmark_script("learning_margin")
     base = _policy("syllables", {"keep_items-00"}, {"keep_items-00", "pick_item-00"})
     other = _policy("words", {"keep_items-00", "keep_items-01", "pick_item-02"}, set())
     nothing = _policy("do_nothing", set(), set())
