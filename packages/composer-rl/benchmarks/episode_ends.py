@@ -15,7 +15,9 @@ limit learning_margin.py scores with), and the episodes' tool calls are counted:
   standard error, among them `failed_read_again`;
 - the same, among the episodes cut by the turn limit;
 - with more than one checkpoint, each later one against the first, paired over tasks: the
-  solved share and every behaviour rate, as a margin and its paired standard error.
+  solved share and every behaviour rate, as a margin and its paired standard error;
+- what the do-nothing and random baselines solve on the same tasks, with the same runner
+  (`composer_rl.eval.baselines`).
 
 Written for issue 29's question why careful-only SFT ran the tests less than SFT on the mix
 (docs/rl/2026-12-05-failed-read-loops.md). The episodes' calls go to --out as JSON lines.
@@ -40,6 +42,7 @@ from composer_model import ComposerTokenizer
 from composer_rewards import ToolCall
 from composer_rl.agent.episode import EpisodeResult, episode_view
 from composer_rl.agent.quick import random_checkpoint
+from composer_rl.eval.baselines import baseline_scores
 from composer_rl.eval.behaviour import behaviour_rates, per_task_behaviours
 from composer_rl.eval.evaluate import EvalConfig, run_eval
 from composer_rl.eval.stats import format_se, mean_se
@@ -194,6 +197,9 @@ def main() -> int:
         ]
     for model, rates in zip(models[1:], per_task[1:], strict=True):
         print("\n".join(paired_lines(str(model), per_task[0], rates)), flush=True)
+    baselines = baseline_scores(tasks, runner, like=models[0], threads=args.threads)
+    for name, scores in baselines.items():
+        print(f"== baseline {name}: solved {format_se(*scores.pass1())}", flush=True)
     if args.out:
         args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return 0

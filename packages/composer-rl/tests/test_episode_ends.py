@@ -67,6 +67,8 @@ def test_quick_run_counts_the_episodes_it_kept(tmp_path: Path) -> None:
     calls = sum(len(r["calls"]) for r in rows)
     assert f"calls a episode {calls / len(rows):.2f}" in done.stdout
     assert "failed_read_again:" in done.stdout
+    assert "== baseline do_nothing: solved 0.000" in done.stdout  # it never edits
+    assert "== baseline random: solved " in done.stdout
 
 
 def test_a_checkpoint_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
