@@ -186,3 +186,33 @@ def test_the_invented_demonstrations_are_replayed_when_their_names_change(
     monkeypatch.setattr(invented, "TRAINING_WORDS", invented.TRAINING_WORDS[::-1])
     other = invented_demonstrations(tmp_path, words, tokenizer, show_progress=False)
     assert set(other["tasks"]).isdisjoint(replayed["tasks"])
+
+
+def test_the_suite_demonstrations_are_replayed_when_their_tasks_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sft_tokens.pt` is keyed by the tasks played: the same tasks reuse it, another task
+    set (a template added to the suite) replays it, as a changed mix does. Keyed by the mix
+    alone it once served 23 templates' demonstrations to a stage one of 33."""
+    from composer_model import ComposerTokenizer
+    from composer_rl.agent.quick import random_checkpoint
+    from composer_rl.stages import sft
+    from composer_rl.stages.config import Stage1Config
+
+    tokenizer = ComposerTokenizer.from_file(random_checkpoint(tmp_path / "m") / "tokenizer.json")
+    fields = Stage1Config().model_dump()
+    fields["sft"].update(summary_every=0, demonstration_workers=1)
+    config = Stage1Config.model_validate(fields)
+    train = [t for _, t in zip(range(3), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)]
+    heldout = [next(iter(BUILTIN_TEMPLATES[0].tasks(Split.HELDOUT)))]
+    monkeypatch.setattr(sft, "demonstration_tasks", lambda _config: (train[:2], heldout))
+    first = sft.sft_data(tmp_path, config, tokenizer, show_progress=False)
+    cache = tmp_path / "sft_tokens.pt"
+    written = cache.stat().st_mtime_ns
+    assert first["train_tasks"] == 2 and len(first["train"][0]) == 2
+    again = sft.sft_data(tmp_path, config, tokenizer, show_progress=False)
+    assert again["train"] == first["train"] and cache.stat().st_mtime_ns == written
+    monkeypatch.setattr(sft, "demonstration_tasks", lambda _config: (train, heldout))
+    replayed = sft.sft_data(tmp_path, config, tokenizer, show_progress=False)
+    assert replayed["train_tasks"] == 3 and len(replayed["train"][0]) == 3
+    assert cache.stat().st_mtime_ns != written
