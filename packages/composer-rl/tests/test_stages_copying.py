@@ -194,3 +194,91 @@ def test_a_share_of_pretraining_rows_keeps_the_repeated_stretches(tmp_path) -> N
     assert results[0.5]["copy_pretrain_share"] == 0.5
     assert results[0.5]["train_tokens_available"] > results[0.0]["train_tokens_available"]
     assert results[0.5]["heldout_ce"] != results[0.0]["heldout_ce"]
+
+
+def test_planted_copies_repeat_earlier_text_at_a_distance_and_never_overlap() -> None:
+    """In a window of distinct tokens a planted copy shows as a run of earlier tokens: every
+    changed position holds a token from before it, runs ascend by one, and as many
+    positions change as the copies' lengths allow."""
+    import random
+
+    from composer_rl.stages.copying import plant_copies
+
+    window = list(range(500))
+    for seed in range(20):
+        row = plant_copies(window, 6, 4, 16, random.Random(seed))
+        assert len(row) == len(window)
+        changed = [i for i, token in enumerate(row) if token != i]
+        assert all(row[i] < i for i in changed)
+        assert 6 * 4 <= len(changed) <= 6 * 16
+        runs = [[changed[0]]]
+        for i in changed[1:]:
+            (runs[-1] if i == runs[-1][-1] + 1 else runs.append([i]) or runs[-1]).append(i)
+        # Adjacent copies may touch, so runs can be fewer than copies, never more.
+        assert 1 <= len(runs) <= 6
+        assert row == plant_copies(window, 6, 4, 16, random.Random(seed))
+    distances = [
+        i - row[i]
+        for seed in range(20)
+        for row in [plant_copies(window, 6, 4, 16, random.Random(seed))]
+        for i in range(len(row))
+        if row[i] != i
+    ]
+    assert max(distances) > 250  # copies span the window, not only side by side
+    with pytest.raises(ValueError, match="cannot hold"):
+        plant_copies(list(range(40)), 6, 4, 16, random.Random(0))
+    with pytest.raises(ValueError, match="min_tokens"):
+        plant_copies(window, 2, 1, 4, random.Random(0))
+
+
+def test_planted_rows_are_whole_windows_of_one_long_document_all_targets() -> None:
+    from composer_rl.stages.copying import planted_rows
+
+    documents = [list(range(1, 40)), list(range(100, 400)), list(range(500, 700))]
+    rows = planted_rows(documents, 128, 0, count=10, copies=3, min_tokens=2, max_tokens=8, seed=1)
+    assert rows.tokens.shape == (10, 128) and bool(rows.mask.all())
+    for r in range(10):
+        body = rows.tokens[r, :-1].tolist()
+        assert rows.tokens[r, -1] == 0 and rows.boundaries[r] == [0, 128]
+        assert all(100 <= t < 700 for t in body)  # never the 39-token document
+        assert len({t >= 500 for t in body}) == 1  # one document a row
+    with pytest.raises(ValueError, match="no document"):
+        planted_rows(documents, 400, 0, count=2, copies=1, min_tokens=2, max_tokens=4, seed=0)
+
+
+def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp_path) -> None:
+    """`long_context.copy_share` mixes planted rows into a real (tiny) long-context phase:
+    the phase trains on other rows than without it, and a share whose copies cannot fit
+    in a row is refused before anything runs."""
+    import shutil
+
+    from _stage_helpers import tiny_config, write_corpus
+
+    from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.pretrain import run_long_context, run_pretrain
+
+    assert load_stage1_config().long_context.copy_share == 0.0
+    with pytest.raises(ValueError, match="do not fit in a row"):
+        load_stage1_config(**{"long_context.copy_share": 0.5, "long_context.copies_per_row": 200})
+    with pytest.raises(ValueError, match="copy_max_tokens"):
+        load_stage1_config(**{"long_context.copy_min_tokens": 9, "long_context.copy_max_tokens": 8})
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    base = tiny_config(tmp_path / "base", corpus)
+    run_pretrain(Stage1Config.model_validate(base), show_progress=False)
+    results = {}
+    for share in (0.0, 0.5):
+        run_dir = tmp_path / f"run{share}"
+        shutil.copytree(tmp_path / "base", run_dir)  # the same pretrained model for both
+        config = tiny_config(run_dir, corpus)
+        config["long_context"] = {  # type: ignore[assignment]
+            **config["long_context"],  # type: ignore[dict-item]
+            "steps": 3,
+            "copy_share": share,
+            "copies_per_row": 2,
+            "copy_min_tokens": 2,
+            "copy_max_tokens": 6,
+            "copy_rows": 8,
+        }
+        results[share] = run_long_context(Stage1Config.model_validate(config), show_progress=False)
+    assert results[0.5]["steps"] == results[0.0]["steps"] == 3
+    assert results[0.5]["heldout_ce"] != results[0.0]["heldout_ce"]

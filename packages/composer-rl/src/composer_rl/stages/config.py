@@ -279,6 +279,33 @@ class LongContextPhaseConfig(PhaseConfig):
     factor: float = Field(
         default=8.0, gt=1, description="YaRN factor over the base phase's sequence length"
     )
+    copy_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of the phase's rows that are windows of one long document with "
+        "stretches written again further on (composer_rl.stages.copying.planted_rows), so "
+        "the model learns to copy across the whole row, not only side by side as in the "
+        "copy warm-up; 0: none",
+    )
+    copies_per_row: int = Field(default=8, gt=0, description="stretches written again a row")
+    copy_min_tokens: int = Field(default=4, ge=2, description="shortest stretch, in tokens")
+    copy_max_tokens: int = Field(default=16, ge=2, description="longest stretch, in tokens")
+    copy_rows: int = Field(default=2000, gt=0, description="distinct rows with copies drawn")
+
+    @model_validator(mode="after")
+    def _copies_fit(self) -> LongContextPhaseConfig:
+        if self.copy_max_tokens < self.copy_min_tokens:
+            raise ValueError(
+                f"long_context.copy_max_tokens ({self.copy_max_tokens}) is below "
+                f"copy_min_tokens ({self.copy_min_tokens})"
+            )
+        if self.copy_share and (self.copies_per_row + 1) * self.copy_max_tokens >= self.seq_len:
+            raise ValueError(
+                f"long_context: {self.copies_per_row} copies of up to {self.copy_max_tokens} "
+                f"tokens do not fit in a row of {self.seq_len}; lower copies_per_row"
+            )
+        return self
 
 
 class SFTPhaseConfig(PhaseConfig):

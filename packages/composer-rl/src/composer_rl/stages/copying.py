@@ -25,6 +25,14 @@ forms in a jump, while a plain transformer with learned positions takes about 50
 warm-up gives that jump its own phase, on the corpus's own tokens (random tokens of the
 whole vocabulary did not form it in 4,000 steps: the copying map must be learned for
 the tokens that occur), before pretraining proper.
+
+The warm-up's copies sit side by side in rows of 256 tokens, and so does what pretraining
+keeps of them; an episode asks for a name given hundreds of tokens earlier, at positions
+pretraining never saw. The SFT start copied a 12-token stretch at 0.59 of tokens side by
+side at position 250, and at 0.38 side by side near position 1,800 and 0.25 with 1,500
+tokens between (`benchmarks/copy_distance.py`). `planted_rows` is the third kind, for the
+long-context phase (`long_context.copy_share`): a window of one long document with
+stretches of it written again further on, at any distance the window allows.
 """
 
 from __future__ import annotations
@@ -140,9 +148,67 @@ def repeated_share(
     )
 
 
+def plant_copies(
+    window: list[int], copies: int, min_tokens: int, max_tokens: int, rng: random.Random
+) -> list[int]:
+    """`window` with `copies` of its stretches written again later in it, over what stood
+    there; each copy's source lies wholly before it, and the copies do not overlap.
+
+    Copies are written from the first to the last, so a later one never overwrites the
+    source of an earlier one (that source ends before the earlier copy starts, which
+    ends before the later one starts): every copy repeats text still in the row."""
+    if min_tokens < 2 or max_tokens < min_tokens:
+        raise ValueError(f"need 2 <= min_tokens <= max_tokens; got {min_tokens}, {max_tokens}")
+    row = list(window)
+    lengths = [rng.randint(min_tokens, max_tokens) for _ in range(copies)]
+    room = len(row) - sum(lengths) - max_tokens  # the first copy needs a source before it
+    if room < copies:
+        raise ValueError(f"a window of {len(row)} tokens cannot hold {copies} copies")
+    # Gaps between copies, drawn as sorted cut points: the copies spread over the window.
+    cuts = sorted(rng.sample(range(room), copies))
+    start = max_tokens
+    previous_cut = 0
+    for length, cut in zip(lengths, cuts, strict=True):
+        start += cut - previous_cut
+        previous_cut = cut
+        source = rng.randrange(start - length + 1)
+        row[start : start + length] = row[source : source + length]
+        start += length
+    return row
+
+
+def planted_rows(
+    documents: Sequence[Sequence[int]],
+    seq_len: int,
+    eos_id: int,
+    count: int,
+    copies: int,
+    min_tokens: int,
+    max_tokens: int,
+    seed: int,
+) -> PackedRows:
+    """`count` rows, each a window of one document at least a row long with `copies`
+    stretches written again further on (`plant_copies`); every token a target, so the
+    model learns the text and, where it repeats, to find the earlier occurrence at any
+    distance in the row."""
+    usable = [doc for doc in documents if len(doc) >= seq_len - 1]
+    if not usable:
+        raise ValueError(f"no document holds {seq_len - 1} tokens to plant copies in")
+    rng = random.Random(seed)
+    windows: list[list[int]] = []
+    for _ in range(count):
+        doc = rng.choice(usable)
+        start = rng.randrange(len(doc) - (seq_len - 1) + 1)
+        window = list(doc[start : start + seq_len - 1])
+        windows.append(plant_copies(window, copies, min_tokens, max_tokens, rng))
+    return pack_documents(windows, seq_len, eos_id, split_documents=False)
+
+
 __all__ = [
     "copy_document",
     "copy_documents",
+    "plant_copies",
+    "planted_rows",
     "repeated_rows",
     "repeated_share",
     "repeated_stretches",
