@@ -11,6 +11,8 @@ through the model teacher-forced, and the greedy next-token guess is scored sepa
   earlier in the same context, so a model that copies gets them right; and
 - at **every other** policy token.
 
+- at **whole names**: every token of the name and the one that ends it.
+
 A policy whose accuracy is high elsewhere and low at the names has learned the format and
 the behaviours but not to copy: no RL reward can select a solution it never produces.
 Printed per split, with the standard error over tasks:
@@ -41,20 +43,39 @@ NAME_CUES = ("@@path\n", "def ")
 """Text after which the policy's next token starts a name it has seen in its context."""
 
 
+NAME_ENDS = ("\n", "(")
+"""What ends a name after its cue: the line of a path, the parenthesis of a `def`."""
+
+
 def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[int],
-               mask: list[bool]) -> tuple[list[bool], list[bool]]:  # fmt: skip
-    """Greedy-guess hits at name positions and at the other policy positions of one row."""
+               mask: list[bool]) -> tuple[list[bool], list[bool], list[bool]]:  # fmt: skip
+    """Greedy-guess hits at name positions (a name's first token), at the other policy
+    positions, and for whole names (every token of the name and the one that ends it).
+
+    A name's first token asks which name; the rest asks to go on copying it. The SFT
+    policy's failed reads get the first right and lose the rest (`brigh.py` for
+    `brush.py`), which first-token accuracy alone does not see."""
     with torch.no_grad():
         guesses = model(torch.tensor([ids])).logits[0, :-1].argmax(-1).tolist()
     names: list[bool] = []
     others: list[bool] = []
+    whole: list[bool] = []
     for position in range(len(ids) - 1):
         if not mask[position + 1]:
             continue
         hit = guesses[position] == ids[position + 1]
         before = tokenizer.decode(ids[max(0, position - 6) : position + 1])
-        (names if before.endswith(NAME_CUES) else others).append(hit)
-    return names, others
+        if not before.endswith(NAME_CUES):
+            others.append(hit)
+            continue
+        names.append(hit)
+        end = position
+        while end < len(ids) - 2 and not any(
+            mark in tokenizer.decode([ids[end + 1]]) for mark in NAME_ENDS
+        ):
+            end += 1
+        whole.append(all(guesses[q] == ids[q + 1] for q in range(position, end + 1)))
+    return names, others, whole
 
 
 def main() -> int:
@@ -82,13 +103,17 @@ def main() -> int:
     for split in args.splits:
         name_rates: list[float] = []
         other_rates: list[float] = []
+        whole_rates: list[float] = []
+        per_task_whole: dict[str, float] = {}
         per_task: dict[str, float] = {}  # at names, by task: two policies pair on these
         for task in SPLITS[split](args.per_template, seed=0):
             ids, mask = play_demonstration(task, mix).transcript.encode(tokenizer)
-            names, others = accuracies(model, tokenizer, ids, mask)
+            names, others, whole = accuracies(model, tokenizer, ids, mask)
             if names:
                 name_rates.append(sum(names) / len(names))
                 per_task[task.id] = name_rates[-1]
+                whole_rates.append(sum(whole) / len(whole))
+                per_task_whole[task.id] = whole_rates[-1]
             if others:
                 other_rates.append(sum(others) / len(others))
         figures[split] = {
@@ -96,11 +121,15 @@ def main() -> int:
             "at_names": mean_se(name_rates),
             "elsewhere": mean_se(other_rates),
             "at_names_by_task": per_task,
+            "whole_names": mean_se(whole_rates),
+            "whole_names_by_task": per_task_whole,
         }
         print(f"{split}: {len(other_rates)} demonstrations; greedy-guess accuracy at names "
               f"{figures[split]['at_names'][0]:.3f} ± {figures[split]['at_names'][1]:.3f}, "
               f"elsewhere {figures[split]['elsewhere'][0]:.3f} ± "
-              f"{figures[split]['elsewhere'][1]:.3f}")  # fmt: skip
+              f"{figures[split]['elsewhere'][1]:.3f}; whole names "
+              f"{figures[split]['whole_names'][0]:.3f} ± "
+              f"{figures[split]['whole_names'][1]:.3f}")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps({"model": str(model_dir), **figures}, indent=2))
     return 0

@@ -1,0 +1,77 @@
+"""`benchmarks/name_copy.py`: teacher-forced accuracy at the names a policy writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from composer_model import ComposerTokenizer
+from composer_rl.agent.quick import random_checkpoint
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "name_copy.py"
+
+
+class Guesses(torch.nn.Module):
+    """A model whose greedy guess is the next token of `ids` except at `wrong` positions:
+    the input to the scoring, so its counts can be checked by hand."""
+
+    def __init__(self, ids: list[int], wrong: set[int], vocab: int) -> None:
+        super().__init__()
+        self.ids, self.wrong, self.vocab = ids, wrong, vocab
+
+    def forward(self, tokens: torch.Tensor) -> object:
+        logits = torch.zeros(1, len(self.ids), self.vocab)
+        for position in range(len(self.ids) - 1):
+            guess = self.ids[position + 1]
+            if position in self.wrong:
+                guess = (guess + 1) % self.vocab
+            logits[0, position, guess] = 1.0
+        return type("Output", (), {"logits": logits})()
+
+
+def test_a_name_whose_first_token_is_right_and_the_rest_wrong_is_not_a_whole_name(
+    tmp_path: Path, benchmark_script: Callable[[str], ModuleType]
+) -> None:
+    accuracies = benchmark_script("name_copy").accuracies
+    tokenizer = ComposerTokenizer.from_file(random_checkpoint(tmp_path) / "tokenizer.json")
+    head = tokenizer.encode("<|tool_call|>read_file\n@@path\n")
+    name = tokenizer.encode("brushwood_total.py")
+    tail = tokenizer.encode("\n<|/tool_call|>")
+    assert len(name) >= 2
+    ids = head + name + tail
+    mask = [True] * len(ids)
+    first = len(head) - 1  # the position whose guess is the name's first token
+    right = accuracies(Guesses(ids, set(), tokenizer.vocab_size), tokenizer, ids, mask)
+    assert right[0] == [True] and right[2] == [True]
+    later = accuracies(Guesses(ids, {first + 1}, tokenizer.vocab_size), tokenizer, ids, mask)
+    assert later[0] == [True] and later[2] == [False]
+    wrong_start = accuracies(Guesses(ids, {first}, tokenizer.vocab_size), tokenizer, ids, mask)
+    assert wrong_start[0] == [False] and wrong_start[2] == [False]
+    after = accuracies(Guesses(ids, {len(ids) - 2}, tokenizer.vocab_size), tokenizer, ids, mask)
+    assert after[2] == [True] and False in after[1]  # a miss after the name is elsewhere
+
+
+@pytest.mark.slow  # about a minute: 66 demonstrations through a random tiny model
+def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> None:
+    out = tmp_path / "names.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    for split in ("validation", "heldout"):
+        assert 0 <= figures[split]["whole_names"][0] <= figures[split]["at_names"][0] <= 1
+        assert (
+            figures[split]["whole_names_by_task"].keys()
+            == figures[split]["at_names_by_task"].keys()
+        )
