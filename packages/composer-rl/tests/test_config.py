@@ -402,3 +402,33 @@ def test_a_derived_key_given_with_the_value_it_gets_anyway_loads(tmp_path: Path)
     written.write_text("[loss]\ntemperature = 0.9\n")
     with pytest.raises(ConfigError, match=r"loss\.temperature \(0\.9\) is not a setting"):
         _resolved("rl", ["--config", str(written)])
+
+
+def test_model_overrides_shape_the_pretrained_model_and_a_bad_one_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`model_overrides` replaces fields of the preset: a real (tiny) pretrain phase builds
+    and exports that shape; a field the model has not, or a value it refuses, stops the
+    command with one line and exit status 2 before the run directory is written."""
+    from _stage_helpers import tiny_config, write_corpus
+
+    from composer_rl.stages.pretrain import run_pretrain
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    config = tiny_config(tmp_path / "run", corpus)
+    config["model_overrides"] = {"kv_lora_rank": 48, "qk_nope_head_dim": 24}
+    config["pretrain"]["steps"] = 2  # type: ignore[index]
+    run_pretrain(Stage1Config.model_validate(config), show_progress=False)
+    exported = json.loads((tmp_path / "run" / "pretrain" / "final" / "config.json").read_text())
+    assert exported["kv_lora_rank"] == 48 and exported["qk_nope_head_dim"] == 24
+    for overrides, said in (
+        ({"kv_lora_rankk": 48}, "kv_lora_rankk"),
+        ({"kv_lora_rank": 0}, "greater than 0"),
+    ):
+        bad = {**config, "run_dir": str(tmp_path / "bad"), "model_overrides": overrides}
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        assert main(["stage1", "--config", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err and "model_overrides" in err
+        assert not (tmp_path / "bad").exists()

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
@@ -359,6 +359,12 @@ class Stage1Config(CommandConfig):
         default=Path("runs/stage1"), description="where every phase writes its directory"
     )
     preset: str = Field(default="tiny", description="model preset (composer_model.PRESETS)")
+    model_overrides: dict[str, int] = Field(
+        default_factory=dict,
+        description="fields of the preset's model configuration replaced, as a table "
+        "(kv_lora_rank = 128): the pretrain phase builds its model from them, and every "
+        "later phase reads the shape from the checkpoint it starts from",
+    )
     threads: int | None = Field(
         default=None, gt=0, description="torch CPU threads (none: torch's default)"
     )
@@ -460,6 +466,21 @@ class Stage1Config(CommandConfig):
                 f"sft_round2.phase.name {self.sft_round2.phase.name!r} is another phase's "
                 "directory; give it a name of its own (default sft_round2)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _model_overrides_valid(self) -> Stage1Config:
+        from composer_model import PRESETS, preset
+
+        if self.model_overrides and self.preset in PRESETS:
+            try:
+                preset(self.preset, vocab_size=self.corpus.vocab_size, **self.model_overrides)
+            except ValidationError as error:
+                problem = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
+                raise ValueError(
+                    f"model_overrides do not make a {self.preset} model ({problem}); give "
+                    "fields of composer_model.ModelConfig with values it accepts"
+                ) from None
         return self
 
     @model_validator(mode="after")

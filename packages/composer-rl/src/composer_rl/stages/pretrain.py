@@ -81,7 +81,9 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         )
         train = concatenate([train, kept])
     torch.manual_seed(config.pretrain.seed)
-    model = ComposerModel(preset(config.preset, vocab_size=tokenizer.vocab_size))
+    model = ComposerModel(
+        preset(config.preset, vocab_size=tokenizer.vocab_size, **config.model_overrides)
+    )
     parameters = model.num_parameters()
     parameters_with_mtp = model.num_parameters(include_mtp=True)
     parallel = config.parallel.apply(model)
