@@ -12,7 +12,8 @@ steps). This asks whether copying falls with the distance.
 Each row is held-out corpus text with one stretch of `--stretch` tokens written twice,
 `gap` tokens apart; the second copy ends at the same position in every row (`--end`), so
 only the distance changes. Scored on the second copy's tokens after its first (which
-nothing predicts), with the standard error over rows:
+nothing predicts), with the standard error over rows; and on the same stretch written
+once (gap `none`), what the model guesses of it without copying:
 
     uv run python packages/composer-rl/benchmarks/copy_distance.py \\
         --models runs/stage1-words2/pretrain/final runs/stage1-words2/sft/final \\
@@ -40,12 +41,13 @@ DEFAULT_GAPS = (0, 64, 256, 512, 1024, 1536)
 
 
 def copy_row(
-    documents: list[list[int]], stretch: int, gap: int, end: int, rng: random.Random
+    documents: list[list[int]], stretch: int, gap: int | None, end: int, rng: random.Random
 ) -> tuple[list[int], int]:
     """A row of `end` tokens whose last `stretch` repeat a stretch ending `gap` tokens
     before them, and where the second copy starts. The text around is other documents',
-    so nothing but the first copy predicts the second."""
-    if end < 2 * stretch + gap:
+    so nothing but the first copy predicts the second. With `gap` None the stretch is
+    there once, at the end: what the model guesses of it without copying."""
+    if gap is not None and end < 2 * stretch + gap:
         raise ValueError(f"--end {end} is shorter than two stretches and a gap of {gap}")
     long_docs = [doc for doc in documents if len(doc) >= stretch]
     source = rng.choice(long_docs)
@@ -56,6 +58,8 @@ def copy_row(
         doc = rng.choice(documents)
         if doc is not source:
             filler.extend(doc)
+    if gap is None:
+        return filler[: end - stretch] + copied, end - stretch
     before = end - 2 * stretch - gap
     row = filler[:before] + copied + filler[before : before + gap] + copied
     return row, end - stretch
@@ -106,14 +110,15 @@ def main() -> int:
     for model_dir in args.models:
         model = load_pretrained(model_dir).eval()
         by_gap: dict[str, dict[str, tuple[float, float]]] = {}
-        for gap in args.gaps:
-            rng = random.Random(gap)  # the same rows for every model
+        for gap in [*args.gaps, None]:
+            rng = random.Random(-1 if gap is None else gap)  # the same rows for every model
             scores = [score(model, *copy_row(documents, args.stretch, gap, args.end, rng))
                       for _ in range(args.rows)]  # fmt: skip
             ce = mean_se([s[0] for s in scores])
             accuracy = mean_se([s[1] for s in scores])
-            by_gap[str(gap)] = {"ce": ce, "accuracy": accuracy}
-            print(f"{model_dir}: gap {gap:5d}: CE {ce[0]:.3f} ± {ce[1]:.3f}, "
+            by_gap[str(gap) if gap is not None else "none"] = {"ce": ce, "accuracy": accuracy}
+            shown = "none (once)" if gap is None else f"{gap:11d}"
+            print(f"{model_dir}: gap {shown}: CE {ce[0]:.3f} ± {ce[1]:.3f}, "
                   f"greedy accuracy {accuracy[0]:.3f} ± {accuracy[1]:.3f}", flush=True)  # fmt: skip
         figures[str(model_dir)] = by_gap
     if args.out:

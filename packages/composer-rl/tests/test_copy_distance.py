@@ -26,6 +26,9 @@ def test_a_row_repeats_one_stretch_at_the_gap_and_ends_where_asked(
         assert row[first : first + 12] == row[second:]
         between = row[first + 12 : second]
         assert len(between) == gap and not set(between) & set(row[second:])
+    once, second = copy_row(documents, 12, None, 400, random.Random(0))
+    assert len(once) == 400 and second == 388
+    assert not set(once[:second]) & set(once[second:])  # nothing earlier to copy
 
 
 def test_quick_run_scores_each_gap_and_refuses_a_gap_that_does_not_fit(tmp_path: Path) -> None:
@@ -38,7 +41,7 @@ def test_quick_run_scores_each_gap_and_refuses_a_gap_that_does_not_fit(tmp_path:
     )
     assert done.returncode == 0, done.stderr
     (figures,) = json.loads(out.read_text()).values()
-    assert sorted(figures) == ["0", "64"]
+    assert sorted(figures) == ["0", "64", "none"]
     for by_gap in figures.values():
         assert by_gap["ce"][0] > 0 and 0 <= by_gap["accuracy"][0] <= 1
     refused = subprocess.run(
