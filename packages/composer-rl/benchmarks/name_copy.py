@@ -36,8 +36,8 @@ from composer_model.checkpoint import load_pretrained
 from composer_rl.agent.behaviours import DemonstrationMix
 from composer_rl.agent.demonstrations import play_demonstration
 from composer_rl.agent.quick import random_checkpoint
-from composer_rl.eval.stats import mean_se
-from composer_rl.rl.compare import SPLITS
+from composer_rl.eval.stats import format_se, mean_se
+from composer_rl.rl.compare import SPLITS, paired_margin
 
 NAME_CUES = ("@@path\n", "def ")
 """Text after which the policy's next token starts a name it has seen in its context."""
@@ -86,7 +86,15 @@ def main() -> int:
     parser.add_argument("--per-template", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a random tiny model, 1 a template")
     parser.add_argument("--out", type=Path, help="also write the figures here (JSON)")
+    parser.add_argument("--against", type=Path, nargs="*", default=[],
+                        help="--out files of other checkpoints: this one minus each, paired "
+                        "over the tasks both scored")  # fmt: skip
     args = parser.parse_args()
+    for other in args.against:
+        if not other.is_file():
+            print(f"error: --against {other} does not exist: give a file name_copy.py "
+                  "wrote with --out", file=sys.stderr)  # fmt: skip
+            return 2
     model_dir = args.model
     if args.quick or model_dir is None:
         model_dir = random_checkpoint(Path(tempfile.mkdtemp(prefix="name-copy-")))
@@ -132,6 +140,18 @@ def main() -> int:
               f"{figures[split]['whole_names'][1]:.3f}")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps({"model": str(model_dir), **figures}, indent=2))
+    for other_file in args.against:
+        other = json.loads(other_file.read_text())
+        for split, mine in figures.items():
+            if split not in other:
+                continue
+            for rate in ("at_names", "whole_names"):
+                mean, se, n = paired_margin(
+                    other[split][f"{rate}_by_task"],
+                    mine[f"{rate}_by_task"],  # type: ignore[arg-type]
+                )
+                print(f"{split}: {rate} minus {other['model']}: "
+                      f"{format_se(mean, se, sign=True)} paired over {n} tasks")  # fmt: skip
     return 0
 
 

@@ -75,3 +75,22 @@ def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> 
             figures[split]["whole_names_by_task"].keys()
             == figures[split]["at_names_by_task"].keys()
         )
+    # The same (seeded) model against itself: every paired margin is exactly zero.
+    again = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--splits", "validation", "--against", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    tasks = len(figures["validation"]["at_names_by_task"])
+    for rate in ("at_names", "whole_names"):
+        line = next(x for x in again.stdout.splitlines() if f"validation: {rate} minus" in x)
+        assert "+0.000 ± 0.000" in line and f"over {tasks} tasks" in line
+    missing = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--against", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert missing.returncode == 2 and "--against" in missing.stderr
