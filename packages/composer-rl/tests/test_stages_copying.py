@@ -7,6 +7,7 @@ import itertools
 import re
 
 import pytest
+import torch
 
 from composer_rl.stages.config import load_stage1_config
 from composer_rl.stages.copying import copy_document, copy_documents
@@ -206,21 +207,24 @@ def test_planted_copies_repeat_earlier_text_at_a_distance_and_never_overlap() ->
 
     window = list(range(500))
     for seed in range(20):
-        row = plant_copies(window, 6, 4, 16, random.Random(seed))
-        assert len(row) == len(window)
+        row, copied = plant_copies(window, 6, 4, 16, random.Random(seed))
+        assert len(row) == len(copied) == len(window)
         changed = [i for i, token in enumerate(row) if token != i]
         assert all(row[i] < i for i in changed)
         assert 6 * 4 <= len(changed) <= 6 * 16
+        # Only copying predicts a copy's tokens after its first: those, and only those.
+        assert sum(copied) == len(changed) - 6
+        assert all(row[i] != i and row[i - 1] != i - 1 for i in range(500) if copied[i])
         runs = [[changed[0]]]
         for i in changed[1:]:
             (runs[-1] if i == runs[-1][-1] + 1 else runs.append([i]) or runs[-1]).append(i)
         # Adjacent copies may touch, so runs can be fewer than copies, never more.
         assert 1 <= len(runs) <= 6
-        assert row == plant_copies(window, 6, 4, 16, random.Random(seed))
+        assert row == plant_copies(window, 6, 4, 16, random.Random(seed))[0]
     distances = [
         i - row[i]
         for seed in range(20)
-        for row in [plant_copies(window, 6, 4, 16, random.Random(seed))]
+        for row in [plant_copies(window, 6, 4, 16, random.Random(seed))[0]]
         for i in range(len(row))
         if row[i] != i
     ]
@@ -242,6 +246,15 @@ def test_planted_rows_are_whole_windows_of_one_long_document_all_targets() -> No
         assert rows.tokens[r, -1] == 0 and rows.boundaries[r] == [0, 128]
         assert all(100 <= t < 700 for t in body)  # never the 39-token document
         assert len({t >= 500 for t in body}) == 1  # one document a row
+    only = planted_rows(
+        documents, 128, 0, count=10, copies=3, min_tokens=2, max_tokens=8, seed=1, loss_on="copies"
+    )
+    assert torch.equal(only.tokens, rows.tokens)  # the same rows, another loss
+    assert int(only.mask.sum(dim=1).min()) >= 3 and int(only.mask.sum(dim=1).max()) <= 3 * 7
+    for r in range(10):
+        tokens = only.tokens[r].tolist()
+        for i in only.mask[r].nonzero().flatten().tolist():
+            assert tokens[i] in tokens[: i - 1]  # each target repeats an earlier token
     with pytest.raises(ValueError, match="no document"):
         planted_rows(documents, 400, 0, count=2, copies=1, min_tokens=2, max_tokens=4, seed=0)
 
@@ -266,9 +279,9 @@ def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp
     base = tiny_config(tmp_path / "base", corpus)
     run_pretrain(Stage1Config.model_validate(base), show_progress=False)
     results = {}
-    for share in (0.0, 0.5):
-        run_dir = tmp_path / f"run{share}"
-        shutil.copytree(tmp_path / "base", run_dir)  # the same pretrained model for both
+    for share, loss in ((0.0, "all"), (0.5, "all"), (0.5, "copies")):
+        run_dir = tmp_path / f"run{share}-{loss}"
+        shutil.copytree(tmp_path / "base", run_dir)  # the same pretrained model for each
         config = tiny_config(run_dir, corpus)
         config["long_context"] = {  # type: ignore[assignment]
             **config["long_context"],  # type: ignore[dict-item]
@@ -278,7 +291,11 @@ def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp
             "copy_min_tokens": 2,
             "copy_max_tokens": 6,
             "copy_rows": 8,
+            "copy_loss": loss,
         }
-        results[share] = run_long_context(Stage1Config.model_validate(config), show_progress=False)
-    assert results[0.5]["steps"] == results[0.0]["steps"] == 3
-    assert results[0.5]["heldout_ce"] != results[0.0]["heldout_ce"]
+        results[share, loss] = run_long_context(
+            Stage1Config.model_validate(config), show_progress=False
+        )
+    assert all(result["steps"] == 3 for result in results.values())
+    ces = {arm: result["heldout_ce"] for arm, result in results.items()}
+    assert len(set(ces.values())) == 3, ces  # each arm trained on other targets

@@ -292,6 +292,11 @@ class LongContextPhaseConfig(PhaseConfig):
     copy_min_tokens: int = Field(default=4, ge=2, description="shortest stretch, in tokens")
     copy_max_tokens: int = Field(default=16, ge=2, description="longest stretch, in tokens")
     copy_rows: int = Field(default=2000, gt=0, description="distinct rows with copies drawn")
+    copy_loss: Literal["all", "copies"] = Field(
+        default="all",
+        description="which tokens of those rows are targets: all (the text and its copies) "
+        "or copies (each copy's tokens after its first, as in the copy warm-up)",
+    )
 
     @model_validator(mode="after")
     def _copies_fit(self) -> LongContextPhaseConfig:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Literal
 
 from composer_rl.stages.packing import PackedRows, pack_documents
 from composer_rl.tasks.invented import invented_name
@@ -150,9 +151,10 @@ def repeated_share(
 
 def plant_copies(
     window: list[int], copies: int, min_tokens: int, max_tokens: int, rng: random.Random
-) -> list[int]:
+) -> tuple[list[int], list[bool]]:
     """`window` with `copies` of its stretches written again later in it, over what stood
-    there; each copy's source lies wholly before it, and the copies do not overlap.
+    there, and which of its tokens only copying predicts (each copy's tokens after its
+    first); each copy's source lies wholly before it, and the copies do not overlap.
 
     Copies are written from the first to the last, so a later one never overwrites the
     source of an earlier one (that source ends before the earlier copy starts, which
@@ -160,6 +162,7 @@ def plant_copies(
     if min_tokens < 2 or max_tokens < min_tokens:
         raise ValueError(f"need 2 <= min_tokens <= max_tokens; got {min_tokens}, {max_tokens}")
     row = list(window)
+    copied = [False] * len(row)
     lengths = [rng.randint(min_tokens, max_tokens) for _ in range(copies)]
     room = len(row) - sum(lengths) - max_tokens  # the first copy needs a source before it
     if room < copies:
@@ -173,8 +176,9 @@ def plant_copies(
         previous_cut = cut
         source = rng.randrange(start - length + 1)
         row[start : start + length] = row[source : source + length]
+        copied[start + 1 : start + length] = [True] * (length - 1)
         start += length
-    return row
+    return row, copied
 
 
 def planted_rows(
@@ -186,22 +190,33 @@ def planted_rows(
     min_tokens: int,
     max_tokens: int,
     seed: int,
+    loss_on: Literal["all", "copies"] = "all",
 ) -> PackedRows:
     """`count` rows, each a window of one document at least a row long with `copies`
-    stretches written again further on (`plant_copies`); every token a target, so the
-    model learns the text and, where it repeats, to find the earlier occurrence at any
-    distance in the row."""
+    stretches written again further on (`plant_copies`). With `loss_on` "all" every token
+    is a target, so the model learns the text and, where it repeats, to find the earlier
+    occurrence at any distance in the row; with "copies" only the copies' tokens after
+    their first are, as in the copy warm-up, so the whole gradient of these rows is
+    copying's (on its own training rows the "all" kind was copied no better than the rest
+    of the text after 400 steps: docs/rl/2026-12-05-distant-copy.md)."""
     usable = [doc for doc in documents if len(doc) >= seq_len - 1]
     if not usable:
         raise ValueError(f"no document holds {seq_len - 1} tokens to plant copies in")
     rng = random.Random(seed)
     windows: list[list[int]] = []
+    masks: list[list[bool]] = []
     for _ in range(count):
         doc = rng.choice(usable)
         start = rng.randrange(len(doc) - (seq_len - 1) + 1)
-        window = list(doc[start : start + seq_len - 1])
-        windows.append(plant_copies(window, copies, min_tokens, max_tokens, rng))
-    return pack_documents(windows, seq_len, eos_id, split_documents=False)
+        window, copied = plant_copies(
+            list(doc[start : start + seq_len - 1]), copies, min_tokens, max_tokens, rng
+        )
+        windows.append(window)
+        masks.append(copied if loss_on == "copies" else [True] * len(window))
+    rows = pack_documents(windows, seq_len, eos_id, masks=masks, split_documents=False)
+    if loss_on == "copies":
+        rows.mask[:, -1] = False  # the end of text after the window: no copy
+    return rows
 
 
 __all__ = [

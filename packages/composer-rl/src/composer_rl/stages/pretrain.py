@@ -222,6 +222,7 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
             min_tokens=phase.copy_min_tokens,
             max_tokens=phase.copy_max_tokens,
             seed=phase.seed,
+            loss_on=phase.copy_loss,
         )
         train = rows_at_share(train, planted, phase.copy_share)
     probe = long_rows(heldout_docs, phase.seq_len, eos, max_rows=phase.eval_rows)
