@@ -11,7 +11,8 @@ through the model teacher-forced, and the greedy next-token guess is scored sepa
   earlier in the same context, so a model that copies gets them right; and
 - at **every other** policy token.
 
-- at **whole names**: every token of the name and the one that ends it.
+- at **whole names**: every token of the name and the one that ends it, also by how many
+  tokens back the context last mentioned the name (`mention_distance`).
 
 A policy whose accuracy is high elsewhere and low at the names has learned the format and
 the behaviours but not to copy: no RL reward can select a solution it never produces.
@@ -24,7 +25,9 @@ Printed per split, with the standard error over tasks:
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +41,9 @@ from composer_rl.agent.demonstrations import play_demonstration
 from composer_rl.agent.quick import random_checkpoint
 from composer_rl.eval.stats import format_se, mean_se
 from composer_rl.rl.compare import SPLITS, paired_margin
+from composer_rl.tasks.invented import VALIDATION_WORDS
+
+VALIDATION_SET = frozenset(VALIDATION_WORDS)
 
 NAME_CUES = ("@@path\n", "def ")
 """Text after which the policy's next token starts a name it has seen in its context."""
@@ -46,11 +52,45 @@ NAME_CUES = ("@@path\n", "def ")
 NAME_ENDS = ("\n", "(")
 """What ends a name after its cue: the line of a path, the parenthesis of a `def`."""
 
+DISTANCES = ((64, "within 64"), (256, "65-256"), (None, "beyond 256"))
+"""Buckets of the tokens back to a name's last mention. Stage one's models copy a stretch
+64 tokens back less well than one side by side, and one 256 or more back not at all
+(`benchmarks/copy_distance.py`): these say how much of a policy's naming lies where."""
+
+
+def mention_distance(pieces: list[str], start: int, name: str) -> int | None:
+    """Tokens from the name's last mention before token `start` to `start` (None when the
+    context before it never holds the name). Matched as text: the instruction's ` brush.py`
+    and the call's `brush.py` are other tokens, the same name."""
+    offsets = [0]
+    for piece in pieces[:start]:
+        offsets.append(offsets[-1] + len(piece))
+    found = "".join(pieces[:start]).rfind(name)
+    if not name or found < 0:
+        return None
+    return start - (bisect.bisect_right(offsets, found) - 1)
+
+
+def bucket(distance: int | None) -> str:
+    if distance is None:
+        return "not in context"
+    return next(label for most, label in DISTANCES if most is None or distance <= most)
+
+
+def name_kind(name: str) -> str:
+    """ "new word" when a word of the name is one `validation_words` tasks are named with
+    (no demonstration uses it: only copying gets it right), else "known" (a template's
+    fixed file, a training name). Far mentions are mostly known names, which recall
+    gets right at any distance, so distance is read within a kind."""
+    words = re.findall(r"[a-z]+", name.lower())
+    return "new word" if any(word in VALIDATION_SET for word in words) else "known"
+
 
 def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[int],
-               mask: list[bool]) -> tuple[list[bool], list[bool], list[bool]]:  # fmt: skip
+               mask: list[bool]) -> tuple[list[bool], list[bool], list[bool], list[str]]:  # fmt: skip
     """Greedy-guess hits at name positions (a name's first token), at the other policy
-    positions, and for whole names (every token of the name and the one that ends it).
+    positions, for whole names (every token of the name and the one that ends it), and
+    how far back each name was last mentioned (`bucket`).
 
     A name's first token asks which name; the rest asks to go on copying it. The SFT
     policy's failed reads get the first right and lose the rest (`brigh.py` for
@@ -60,6 +100,8 @@ def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[i
     names: list[bool] = []
     others: list[bool] = []
     whole: list[bool] = []
+    distances: list[str] = []
+    pieces = [tokenizer.decode([token]) for token in ids]
     for position in range(len(ids) - 1):
         if not mask[position + 1]:
             continue
@@ -75,7 +117,11 @@ def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[i
         ):
             end += 1
         whole.append(all(guesses[q] == ids[q + 1] for q in range(position, end + 1)))
-    return names, others, whole
+        written = "".join(pieces[position + 1 : end + 2])
+        name = written[: min((written.find(m) for m in NAME_ENDS if m in written), default=None)]
+        where = bucket(mention_distance(pieces, position + 1, name.strip()))
+        distances.append(f"{name_kind(name)}, {where}")
+    return names, others, whole, distances
 
 
 def main() -> int:
@@ -114,9 +160,12 @@ def main() -> int:
         whole_rates: list[float] = []
         per_task_whole: dict[str, float] = {}
         per_task: dict[str, float] = {}  # at names, by task: two policies pair on these
+        by_distance: dict[str, list[bool]] = {}  # whole-name hits, pooled over names
         for task in SPLITS[split](args.per_template, seed=0):
             ids, mask = play_demonstration(task, mix).transcript.encode(tokenizer)
-            names, others, whole = accuracies(model, tokenizer, ids, mask)
+            names, others, whole, distances = accuracies(model, tokenizer, ids, mask)
+            for hit, where in zip(whole, distances, strict=True):
+                by_distance.setdefault(where, []).append(hit)
             if names:
                 name_rates.append(sum(names) / len(names))
                 per_task[task.id] = name_rates[-1]
@@ -131,6 +180,10 @@ def main() -> int:
             "at_names_by_task": per_task,
             "whole_names": mean_se(whole_rates),
             "whole_names_by_task": per_task_whole,
+            "whole_names_by_mention_distance": {
+                where: (*mean_se(map(float, hits)), len(hits))
+                for where, hits in sorted(by_distance.items())
+            },
         }
         print(f"{split}: {len(other_rates)} demonstrations; greedy-guess accuracy at names "
               f"{figures[split]['at_names'][0]:.3f} ± {figures[split]['at_names'][1]:.3f}, "
@@ -138,6 +191,10 @@ def main() -> int:
               f"{figures[split]['elsewhere'][1]:.3f}; whole names "
               f"{figures[split]['whole_names'][0]:.3f} ± "
               f"{figures[split]['whole_names'][1]:.3f}")  # fmt: skip
+        shown = "; ".join(f"{where} {format_se(mean, se)} ({n})" for where, (mean, se, n)
+                          in figures[split]["whole_names_by_mention_distance"].items())  # type: ignore[attr-defined]  # fmt: skip
+        print(f"{split}: whole names by kind and tokens back to the name's last mention "
+              f"(± s.e. over names): {shown}")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps({"model": str(model_dir), **figures}, indent=2))
     for other_file in args.against:

@@ -49,7 +49,7 @@ def test_a_name_whose_first_token_is_right_and_the_rest_wrong_is_not_a_whole_nam
     mask = [True] * len(ids)
     first = len(head) - 1  # the position whose guess is the name's first token
     right = accuracies(Guesses(ids, set(), tokenizer.vocab_size), tokenizer, ids, mask)
-    assert right[0] == [True] and right[2] == [True]
+    assert right[0] == [True] and right[2] == [True] and right[3] == ["known, not in context"]
     later = accuracies(Guesses(ids, {first + 1}, tokenizer.vocab_size), tokenizer, ids, mask)
     assert later[0] == [True] and later[2] == [False]
     wrong_start = accuracies(Guesses(ids, {first}, tokenizer.vocab_size), tokenizer, ids, mask)
@@ -75,6 +75,10 @@ def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> 
             figures[split]["whole_names_by_task"].keys()
             == figures[split]["at_names_by_task"].keys()
         )
+    by_distance = figures["validation"]["whole_names_by_mention_distance"]
+    wheres = {"within 64", "65-256", "beyond 256", "not in context"}
+    kinds = {f"{kind}, {where}" for kind in ("new word", "known") for where in wheres}
+    assert by_distance and set(by_distance) <= kinds
     # The same (seeded) model against itself: every paired margin is exactly zero.
     again = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--splits", "validation", "--against", str(out)],
@@ -94,3 +98,22 @@ def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> 
         timeout=600,
     )
     assert missing.returncode == 2 and "--against" in missing.stderr
+
+
+def test_a_name_is_found_back_as_text_whatever_its_tokens(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
+    """The instruction's ` brush.py` and the call's `brush.py` are other tokens and the
+    same name; the distance counts tokens back to the start of the last mention."""
+    script = benchmark_script("name_copy")
+    pieces = ["in ", " brush", ".py", " now", "\n", "@@path\n", "brush", ".py", "\n"]
+    assert script.mention_distance(pieces, 6, "brush.py") == 5
+    assert script.mention_distance(pieces, 6, "broom.py") is None
+    assert script.mention_distance(pieces, 1, "brush.py") is None  # not before the start
+    word = sorted(script.VALIDATION_SET)[0]
+    assert script.name_kind(f"{word}_total.py") == "new word"
+    assert script.name_kind("cli.py") == "known"
+    labels = [script.bucket(d) for d in (5, 64, 65, 256, 257, None)]
+    assert labels == [
+        "within 64", "within 64", "65-256", "65-256", "beyond 256", "not in context"
+    ]  # fmt: skip
