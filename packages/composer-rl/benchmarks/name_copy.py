@@ -87,10 +87,12 @@ def name_kind(name: str) -> str:
 
 
 def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[int],
-               mask: list[bool]) -> tuple[list[bool], list[bool], list[bool], list[str]]:  # fmt: skip
+               mask: list[bool]) -> tuple[list[bool], list[bool], list[bool], list[str], list[bool]]:  # fmt: skip
     """Greedy-guess hits at name positions (a name's first token), at the other policy
-    positions, for whole names (every token of the name and the one that ends it), and
-    how far back each name was last mentioned (`bucket`).
+    positions, for whole names (every token of the name and the one that ends it), how
+    far back each name was last mentioned (`bucket`), and for the rest of each name (its
+    tokens after the first, and its end, given the first: the copying alone, which a
+    model that does not know the agent format can show too).
 
     A name's first token asks which name; the rest asks to go on copying it. The SFT
     policy's failed reads get the first right and lose the rest (`brigh.py` for
@@ -101,6 +103,7 @@ def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[i
     others: list[bool] = []
     whole: list[bool] = []
     distances: list[str] = []
+    rests: list[bool] = []
     pieces = [tokenizer.decode([token]) for token in ids]
     for position in range(len(ids) - 1):
         if not mask[position + 1]:
@@ -117,11 +120,12 @@ def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[i
         ):
             end += 1
         whole.append(all(guesses[q] == ids[q + 1] for q in range(position, end + 1)))
+        rests.append(all(guesses[q] == ids[q + 1] for q in range(position + 1, end + 1)))
         written = "".join(pieces[position + 1 : end + 2])
         name = written[: min((written.find(m) for m in NAME_ENDS if m in written), default=None)]
         where = bucket(mention_distance(pieces, position + 1, name.strip()))
         distances.append(f"{name_kind(name)}, {where}")
-    return names, others, whole, distances
+    return names, others, whole, distances, rests
 
 
 def main() -> int:
@@ -161,11 +165,13 @@ def main() -> int:
         per_task_whole: dict[str, float] = {}
         per_task: dict[str, float] = {}  # at names, by task: two policies pair on these
         by_distance: dict[str, list[bool]] = {}  # whole-name hits, pooled over names
+        rest_by_kind: dict[str, list[bool]] = {}
         for task in SPLITS[split](args.per_template, seed=0):
             ids, mask = play_demonstration(task, mix).transcript.encode(tokenizer)
-            names, others, whole, distances = accuracies(model, tokenizer, ids, mask)
-            for hit, where in zip(whole, distances, strict=True):
+            names, others, whole, distances, rests = accuracies(model, tokenizer, ids, mask)
+            for hit, rest, where in zip(whole, rests, distances, strict=True):
                 by_distance.setdefault(where, []).append(hit)
+                rest_by_kind.setdefault(where.split(",")[0], []).append(rest)
             if names:
                 name_rates.append(sum(names) / len(names))
                 per_task[task.id] = name_rates[-1]
@@ -184,6 +190,10 @@ def main() -> int:
                 where: (*mean_se(map(float, hits)), len(hits))
                 for where, hits in sorted(by_distance.items())
             },
+            "rest_of_names_by_kind": {
+                kind: (*mean_se(map(float, hits)), len(hits))
+                for kind, hits in sorted(rest_by_kind.items())
+            },
         }
         print(f"{split}: {len(other_rates)} demonstrations; greedy-guess accuracy at names "
               f"{figures[split]['at_names'][0]:.3f} ± {figures[split]['at_names'][1]:.3f}, "
@@ -195,6 +205,9 @@ def main() -> int:
                           in figures[split]["whole_names_by_mention_distance"].items())  # type: ignore[attr-defined]  # fmt: skip
         print(f"{split}: whole names by kind and tokens back to the name's last mention "
               f"(± s.e. over names): {shown}")  # fmt: skip
+        rest = "; ".join(f"{kind} {format_se(mean, se)} ({n})" for kind, (mean, se, n)
+                         in figures[split]["rest_of_names_by_kind"].items())  # type: ignore[attr-defined]  # fmt: skip
+        print(f"{split}: the rest of a name given its first token, by kind: {rest}")
     if args.out:
         args.out.write_text(json.dumps({"model": str(model_dir), **figures}, indent=2))
     for other_file in args.against:

@@ -50,10 +50,12 @@ def test_a_name_whose_first_token_is_right_and_the_rest_wrong_is_not_a_whole_nam
     first = len(head) - 1  # the position whose guess is the name's first token
     right = accuracies(Guesses(ids, set(), tokenizer.vocab_size), tokenizer, ids, mask)
     assert right[0] == [True] and right[2] == [True] and right[3] == ["known, not in context"]
+    assert right[4] == [True]
     later = accuracies(Guesses(ids, {first + 1}, tokenizer.vocab_size), tokenizer, ids, mask)
-    assert later[0] == [True] and later[2] == [False]
+    assert later[0] == [True] and later[2] == [False] and later[4] == [False]
     wrong_start = accuracies(Guesses(ids, {first}, tokenizer.vocab_size), tokenizer, ids, mask)
-    assert wrong_start[0] == [False] and wrong_start[2] == [False]
+    # A wrong first token is not the copying's fault: the rest, given it, is right.
+    assert wrong_start[0] == [False] and wrong_start[2] == [False] and wrong_start[4] == [True]
     after = accuracies(Guesses(ids, {len(ids) - 2}, tokenizer.vocab_size), tokenizer, ids, mask)
     assert after[2] == [True] and False in after[1]  # a miss after the name is elsewhere
 
@@ -79,6 +81,7 @@ def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> 
     wheres = {"within 64", "65-256", "beyond 256", "not in context"}
     kinds = {f"{kind}, {where}" for kind in ("new word", "known") for where in wheres}
     assert by_distance and set(by_distance) <= kinds
+    assert set(figures["validation"]["rest_of_names_by_kind"]) <= {"new word", "known"}
     # The same (seeded) model against itself: every paired margin is exactly zero.
     again = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--splits", "validation", "--against", str(out)],
