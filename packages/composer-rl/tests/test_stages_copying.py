@@ -263,16 +263,26 @@ def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp
     """`long_context.copy_share` mixes planted rows into a real (tiny) long-context phase:
     the phase trains on other rows than without it, and a share whose copies cannot fit
     in a row is refused before anything runs."""
+    import random
     import shutil
 
     from _stage_helpers import tiny_config, write_corpus
 
     from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.copying import plant_copies
     from composer_rl.stages.pretrain import run_long_context, run_pretrain
 
     assert load_stage1_config().long_context.copy_share == 0.0
     with pytest.raises(ValueError, match="do not fit in a row"):
         load_stage1_config(**{"long_context.copy_share": 0.5, "long_context.copies_per_row": 200})
+    # The most copies that fit: 119 x 16 + 16 + 119 = 2,039 of a 2,047-token window.
+    fits = load_stage1_config(
+        **{"long_context.copy_share": 0.5, "long_context.copies_per_row": 119}
+    )
+    plant_copies(list(range(2047)), 119, 16, 16, random.Random(0))
+    with pytest.raises(ValueError, match="do not fit in a row"):
+        load_stage1_config(**{"long_context.copy_share": 0.5, "long_context.copies_per_row": 120})
+    assert fits.long_context.copies_per_row == 119
     with pytest.raises(ValueError, match="copy_max_tokens"):
         load_stage1_config(**{"long_context.copy_min_tokens": 9, "long_context.copy_max_tokens": 8})
     corpus = write_corpus(tmp_path / "corpus.jsonl")
@@ -297,5 +307,8 @@ def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp
             Stage1Config.model_validate(config), show_progress=False
         )
     assert all(result["steps"] == 3 for result in results.values())
+    assert [(r["copy_share"], r["copy_loss"]) for r in results.values()] == [
+        (0.0, None), (0.5, "all"), (0.5, "copies")
+    ]  # fmt: skip
     ces = {arm: result["heldout_ce"] for arm, result in results.items()}
     assert len(set(ces.values())) == 3, ces  # each arm trained on other targets

@@ -305,7 +305,10 @@ class LongContextPhaseConfig(PhaseConfig):
                 f"long_context.copy_max_tokens ({self.copy_max_tokens}) is below "
                 f"copy_min_tokens ({self.copy_min_tokens})"
             )
-        if self.copy_share and (self.copies_per_row + 1) * self.copy_max_tokens >= self.seq_len:
+        # plant_copies' worst case: every copy at its longest, a source before the first,
+        # and a token of room for each, in a window of seq_len - 1.
+        needed = (self.copies_per_row + 1) * self.copy_max_tokens + self.copies_per_row
+        if self.copy_share and needed > self.seq_len - 1:
             raise ValueError(
                 f"long_context: {self.copies_per_row} copies of up to {self.copy_max_tokens} "
                 f"tokens do not fit in a row of {self.seq_len}; lower copies_per_row"

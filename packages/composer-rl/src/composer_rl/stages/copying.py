@@ -28,11 +28,12 @@ the tokens that occur), before pretraining proper.
 
 The warm-up's copies sit side by side in rows of 256 tokens, and so does what pretraining
 keeps of them; an episode asks for a name given hundreds of tokens earlier, at positions
-pretraining never saw. The SFT start copied a 12-token stretch at 0.59 of tokens side by
-side at position 250, and at 0.38 side by side near position 1,800 and 0.25 with 1,500
-tokens between (`benchmarks/copy_distance.py`). `planted_rows` is the third kind, for the
-long-context phase (`long_context.copy_share`): a window of one long document with
-stretches of it written again further on, at any distance the window allows.
+pretraining never saw. The pretrained model copied a 12-token stretch at 0.59 of tokens
+side by side at position 250; after the long-context phase, at 0.38 side by side near
+position 1,800, and from 256 tokens back no better than it guessed a stretch written once
+(`benchmarks/copy_distance.py`). `planted_rows` is the third kind, for the long-context
+phase (`long_context.copy_share`): a window of one long document with stretches of it
+written again further on, at any distance the window allows.
 """
 
 from __future__ import annotations

@@ -261,6 +261,8 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
         f"ce_beyond_{long_from}_after": beyond(after),
         "heldout_ce": after["heldout_ce"],
         "mtp_acceptance": after.get("mtp_acceptance"),
+        "copy_share": phase.copy_share,
+        "copy_loss": phase.copy_loss if phase.copy_share else None,
     }
     export_final(model, tokenizer, phase_dir, summary)
     return summary
