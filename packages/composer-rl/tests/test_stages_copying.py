@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -312,3 +313,55 @@ def test_the_long_context_copies_are_validated_off_by_default_and_trained_on(tmp
     ]  # fmt: skip
     ces = {arm: result["heldout_ce"] for arm, result in results.items()}
     assert len(set(ces.values())) == 3, ces  # each arm trained on other targets
+
+
+def test_sft_keeps_copy_rows_beside_the_demonstrations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sft.copy_share` mixes planted-copy rows (loss on the copies) into a real (tiny) SFT
+    phase, says so in its result, and trains differently from one without; copies that
+    cannot fit an SFT row are refused before anything runs."""
+    import json
+    import shutil
+
+    from _stage_helpers import tiny_config
+
+    from composer_rl.stages import sft
+    from composer_rl.stages.config import Stage1Config
+    from composer_rl.stages.pretrain import run_long_context, run_pretrain
+    from composer_rl.tasks import BUILTIN_TEMPLATES, Split
+
+    with pytest.raises(ValueError, match="do not fit in an SFT row"):
+        load_stage1_config(
+            **{"sft.copy_share": 0.2, "sft.seq_len": 256, "long_context.copies_per_row": 16}
+        )
+    corpus = tmp_path / "corpus.jsonl"
+    body = "".join(f"def f{j}(value):\n    return value * {j}\n\n\n" for j in range(80))
+    corpus.write_text(
+        "\n".join(json.dumps({"id": f"d{i}", "text": f"# {i}\n{body}"}) for i in range(20))
+    )
+    base = tiny_config(tmp_path / "base", corpus)
+    run_pretrain(Stage1Config.model_validate(base), show_progress=False)
+    run_long_context(Stage1Config.model_validate(base), show_progress=False)
+    tasks = [t for _, t in zip(range(2), BUILTIN_TEMPLATES[0].tasks(Split.TRAIN), strict=False)]
+    heldout = [next(iter(BUILTIN_TEMPLATES[0].tasks(Split.HELDOUT)))]
+    monkeypatch.setattr(sft, "demonstration_tasks", lambda _config: (tasks, heldout))
+    results = {}
+    for share in (0.0, 0.5):
+        run_dir = tmp_path / f"run{share}"
+        shutil.copytree(tmp_path / "base", run_dir)
+        config = tiny_config(run_dir, corpus)
+        config["sft"] = {  # type: ignore[assignment]
+            **config["sft"],  # type: ignore[dict-item]
+            "copy_share": share,
+            "summary_every": 0,
+            "demonstration_workers": 1,
+        }
+        config["long_context"] = {  # type: ignore[assignment]
+            **config["long_context"],  # type: ignore[dict-item]
+            "copies_per_row": 4,
+            "copy_rows": 6,
+        }
+        results[share] = sft.run_sft(Stage1Config.model_validate(config), show_progress=False)
+    assert results[0.0]["copy_share"] == 0.0 and results[0.5]["copy_share"] == 0.5
+    assert results[0.5]["heldout_ce"] != results[0.0]["heldout_ce"]

@@ -298,6 +298,13 @@ class LongContextPhaseConfig(PhaseConfig):
         "or copies (each copy's tokens after its first, as in the copy warm-up)",
     )
 
+    def copies_fit(self, seq_len: int) -> bool:
+        """Whether plant_copies' worst case fits a row of `seq_len`: every copy at its
+        longest, a source before the first, and a token of room for each, in a window of
+        seq_len - 1."""
+        needed = (self.copies_per_row + 1) * self.copy_max_tokens + self.copies_per_row
+        return needed <= seq_len - 1
+
     @model_validator(mode="after")
     def _copies_fit(self) -> LongContextPhaseConfig:
         if self.copy_max_tokens < self.copy_min_tokens:
@@ -305,10 +312,7 @@ class LongContextPhaseConfig(PhaseConfig):
                 f"long_context.copy_max_tokens ({self.copy_max_tokens}) is below "
                 f"copy_min_tokens ({self.copy_min_tokens})"
             )
-        # plant_copies' worst case: every copy at its longest, a source before the first,
-        # and a token of room for each, in a window of seq_len - 1.
-        needed = (self.copies_per_row + 1) * self.copy_max_tokens + self.copies_per_row
-        if self.copy_share and needed > self.seq_len - 1:
+        if self.copy_share and not self.copies_fit(self.seq_len):
             raise ValueError(
                 f"long_context: {self.copies_per_row} copies of up to {self.copy_max_tokens} "
                 f"tokens do not fit in a row of {self.seq_len}; lower copies_per_row"
@@ -342,6 +346,15 @@ class SFTPhaseConfig(PhaseConfig):
         default="syllables",
         description="how the invented names are made: syllable strings no language has "
         "(poncelis), or common words no task uses (lantern); held-out names are words",
+    )
+    copy_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of SFT's rows that are corpus windows with planted copies, loss "
+        "on the copies only (composer_rl.stages.copying.planted_rows, shaped by "
+        "long_context's copies_per_row, copy_min_tokens and copy_max_tokens), so copying "
+        "keeps its own gradient while the demonstrations teach recall; 0: none",
     )
     demonstration_workers: int = Field(
         default=2,
@@ -473,6 +486,16 @@ class Stage1Config(CommandConfig):
             raise ValueError(
                 f"sft_round2.phase.name {self.sft_round2.phase.name!r} is another phase's "
                 "directory; give it a name of its own (default sft_round2)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sft_copies_fit(self) -> Stage1Config:
+        if self.sft.copy_share and not self.long_context.copies_fit(self.sft.seq_len):
+            raise ValueError(
+                f"sft.copy_share: {self.long_context.copies_per_row} copies of up to "
+                f"{self.long_context.copy_max_tokens} tokens (long_context's settings) do not "
+                f"fit in an SFT row of {self.sft.seq_len}; lower long_context.copies_per_row"
             )
         return self
 
