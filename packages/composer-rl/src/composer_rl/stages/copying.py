@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from composer_rl.stages.packing import PackedRows, pack_documents
+from composer_rl.stages.packing import PackedRows, pack_documents, rows_at_share
 from composer_rl.tasks.invented import invented_name
+
+if TYPE_CHECKING:
+    from composer_rl.stages.config import LongContextPhaseConfig
 
 
 def copy_document(rng: random.Random) -> str:
@@ -220,6 +223,31 @@ def planted_rows(
     return rows
 
 
+def with_planted_rows(
+    train: PackedRows,
+    documents: Sequence[Sequence[int]],
+    copying: LongContextPhaseConfig,
+    share: float,
+    eos_id: int,
+    seed: int,
+    loss_on: Literal["all", "copies"],
+) -> PackedRows:
+    """`train`'s rows and planted rows of its length, shaped by `copying`'s settings (the
+    long-context phase's, which SFT's `copy_share` shares), making `share` of them all."""
+    planted = planted_rows(
+        documents,
+        train.seq_len,
+        eos_id,
+        count=copying.copy_rows,
+        copies=copying.copies_per_row,
+        min_tokens=copying.copy_min_tokens,
+        max_tokens=copying.copy_max_tokens,
+        seed=seed,
+        loss_on=loss_on,
+    )
+    return rows_at_share(train, planted, share)
+
+
 __all__ = [
     "copy_document",
     "copy_documents",
@@ -228,4 +256,5 @@ __all__ = [
     "repeated_rows",
     "repeated_share",
     "repeated_stretches",
+    "with_planted_rows",
 ]

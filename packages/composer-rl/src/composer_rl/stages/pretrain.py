@@ -29,14 +29,14 @@ from composer_rl.progress import Show, phase_line
 from composer_rl.stages.config import Stage1Config
 from composer_rl.stages.copying import (
     copy_documents,
-    planted_rows,
     repeated_rows,
     repeated_share,
+    with_planted_rows,
 )
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
-from composer_rl.stages.packing import PackedRows, concatenate, pack_documents, rows_at_share
+from composer_rl.stages.packing import PackedRows, concatenate, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
 
 
@@ -213,18 +213,9 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
     )
     train = pack_documents(train_docs, phase.seq_len, eos)
     if phase.copy_share:
-        planted = planted_rows(
-            train_docs,
-            phase.seq_len,
-            eos,
-            count=phase.copy_rows,
-            copies=phase.copies_per_row,
-            min_tokens=phase.copy_min_tokens,
-            max_tokens=phase.copy_max_tokens,
-            seed=phase.seed,
-            loss_on=phase.copy_loss,
+        train = with_planted_rows(
+            train, train_docs, phase, phase.copy_share, eos, phase.seed, phase.copy_loss
         )
-        train = rows_at_share(train, planted, phase.copy_share)
     probe = long_rows(heldout_docs, phase.seq_len, eos, max_rows=phase.eval_rows)
     bucket = config.pretrain.seq_len // 2
     before_plain = evaluate(base, probe, phase.eval_rows, phase.rows_per_step, bucket=bucket)

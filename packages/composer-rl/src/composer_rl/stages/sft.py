@@ -26,10 +26,10 @@ from composer_rl.agent.demonstrations import play_demonstration
 from composer_rl.agent.oracle import summary_demonstration
 from composer_rl.progress import Show, StepProgress, phase_line
 from composer_rl.stages.config import Stage1Config
-from composer_rl.stages.copying import planted_rows
+from composer_rl.stages.copying import with_planted_rows
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import train_phase
-from composer_rl.stages.packing import pack_documents, rows_at_share
+from composer_rl.stages.packing import pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final, save_torch
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, collect_tasks, sample_tasks
 from composer_rl.tasks.invented import invented_name_tasks
@@ -217,20 +217,10 @@ def run_sft(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
         heldout_ids, phase.seq_len, eos, masks=heldout_masks, split_documents=False
     )
     if phase.copy_share:
-        copying = config.long_context
         _, corpus_docs, _ = tokenizer_and_tokens(config.run_dir, config.corpus)
-        planted = planted_rows(
-            corpus_docs,
-            phase.seq_len,
-            eos,
-            count=copying.copy_rows,
-            copies=copying.copies_per_row,
-            min_tokens=copying.copy_min_tokens,
-            max_tokens=copying.copy_max_tokens,
-            seed=phase.seed + 1,
-            loss_on="copies",
+        train = with_planted_rows(
+            train, corpus_docs, config.long_context, phase.copy_share, eos, phase.seed + 1, "copies"
         )
-        train = rows_at_share(train, planted, phase.copy_share)
     model = load_pretrained(source)
     result = train_phase(model, phase, train, heldout, phase_dir, show_progress=show_progress)
     summary: dict[str, Any] = {
