@@ -45,6 +45,9 @@ from composer_rl.tasks.invented import VALIDATION_WORDS
 
 VALIDATION_SET = frozenset(VALIDATION_WORDS)
 
+NEW_WORD = "new word"
+KNOWN = "known"
+
 NAME_CUES = ("@@path\n", "def ")
 """Text after which the policy's next token starts a name it has seen in its context."""
 
@@ -83,7 +86,7 @@ def name_kind(name: str) -> str:
     fixed file, a training name). Far mentions are mostly known names, which recall
     gets right at any distance, so distance is read within a kind."""
     words = re.findall(r"[a-z]+", name.lower())
-    return "new word" if any(word in VALIDATION_SET for word in words) else "known"
+    return NEW_WORD if any(word in VALIDATION_SET for word in words) else KNOWN
 
 
 def accuracies(model: torch.nn.Module, tokenizer: ComposerTokenizer, ids: list[int],
@@ -163,6 +166,7 @@ def main() -> int:
         other_rates: list[float] = []
         whole_rates: list[float] = []
         per_task_whole: dict[str, float] = {}
+        per_task_new: dict[str, float] = {}  # whole names of new words only
         per_task: dict[str, float] = {}  # at names, by task: two policies pair on these
         by_distance: dict[str, list[bool]] = {}  # whole-name hits, pooled over names
         rest_by_kind: dict[str, list[bool]] = {}
@@ -177,6 +181,10 @@ def main() -> int:
                 per_task[task.id] = name_rates[-1]
                 whole_rates.append(sum(whole) / len(whole))
                 per_task_whole[task.id] = whole_rates[-1]
+            new = [hit for hit, where in zip(whole, distances, strict=True)
+                   if where.startswith(NEW_WORD)]  # fmt: skip
+            if new:
+                per_task_new[task.id] = sum(new) / len(new)
             if others:
                 other_rates.append(sum(others) / len(others))
         figures[split] = {
@@ -186,6 +194,8 @@ def main() -> int:
             "at_names_by_task": per_task,
             "whole_names": mean_se(whole_rates),
             "whole_names_by_task": per_task_whole,
+            "whole_new_words": mean_se(per_task_new.values()),
+            "whole_new_words_by_task": per_task_new,
             "whole_names_by_mention_distance": {
                 where: (*mean_se(map(float, hits)), len(hits))
                 for where, hits in sorted(by_distance.items())
@@ -215,7 +225,9 @@ def main() -> int:
         for split, mine in figures.items():
             if split not in other:
                 continue
-            for rate in ("at_names", "whole_names"):
+            for rate in ("at_names", "whole_names", "whole_new_words"):
+                if f"{rate}_by_task" not in other[split]:
+                    continue  # written before the figure existed
                 mean, se, n = paired_margin(
                     other[split][f"{rate}_by_task"],
                     mine[f"{rate}_by_task"],  # type: ignore[arg-type]

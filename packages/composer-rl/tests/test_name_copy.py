@@ -64,35 +64,58 @@ def test_a_name_whose_first_token_is_right_and_the_rest_wrong_is_not_a_whole_nam
 def test_quick_run_writes_first_token_and_whole_name_figures(tmp_path: Path) -> None:
     out = tmp_path / "names.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--splits",
+            "validation_words",
+            "heldout",
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
-    for split in ("validation", "heldout"):
+    for split in ("validation_words", "heldout"):
         assert 0 <= figures[split]["whole_names"][0] <= figures[split]["at_names"][0] <= 1
         assert (
             figures[split]["whole_names_by_task"].keys()
             == figures[split]["at_names_by_task"].keys()
         )
-    by_distance = figures["validation"]["whole_names_by_mention_distance"]
+    new_words = figures["validation_words"]["whole_new_words_by_task"]
+    # validation_words tasks write names of new words (not at every cue); held-out ones never
+    assert (
+        new_words and new_words.keys() <= figures["validation_words"]["whole_names_by_task"].keys()
+    )
+    assert not figures["heldout"]["whole_new_words_by_task"]
+    by_distance = figures["validation_words"]["whole_names_by_mention_distance"]
     wheres = {"within 64", "65-256", "beyond 256", "not in context"}
     kinds = {f"{kind}, {where}" for kind in ("new word", "known") for where in wheres}
     assert by_distance and set(by_distance) <= kinds
-    assert set(figures["validation"]["rest_of_names_by_kind"]) <= {"new word", "known"}
+    assert set(figures["validation_words"]["rest_of_names_by_kind"]) == {"new word", "known"}
     # The same (seeded) model against itself: every paired margin is exactly zero.
     again = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--splits", "validation", "--against", str(out)],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--splits",
+            "validation_words",
+            "--against",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert again.returncode == 0, again.stderr
-    tasks = len(figures["validation"]["at_names_by_task"])
-    for rate in ("at_names", "whole_names"):
-        line = next(x for x in again.stdout.splitlines() if f"validation: {rate} minus" in x)
+    for rate in ("at_names", "whole_names", "whole_new_words"):
+        tasks = len(figures["validation_words"][f"{rate}_by_task"])
+        line = next(x for x in again.stdout.splitlines() if f"validation_words: {rate} minus" in x)
         assert "+0.000 ± 0.000" in line and f"over {tasks} tasks" in line
     missing = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--against", str(tmp_path / "nope.json")],
