@@ -14,10 +14,11 @@ from test_tasks_visible import check_visible
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split, Task, Template, invented
 from composer_rl.tasks.grading import grade_files
 from composer_rl.tasks.invented import (
-    _RESERVED,
+    RESERVED_NAMES,
     TASK_NAMES,
     TRAINING_WORDS,
     VALIDATION_WORDS,
+    WIDE_WORDS,
     WORDS,
     NameKind,
     invented_name,
@@ -39,7 +40,7 @@ def _words(task: Task) -> set[str]:
     return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
 
 
-@pytest.mark.parametrize("kind", ["syllables", "words"])
+@pytest.mark.parametrize("kind", ["syllables", "words", "wide_words"])
 @pytest.mark.parametrize("template", BUILTIN_TEMPLATES, ids=lambda t: t.name)
 def test_an_invented_task_is_valid_and_holds_no_held_out_name(
     template: Template, kind: NameKind
@@ -87,7 +88,7 @@ def test_the_words_are_no_task_name_keyword_module_or_identifier_of_a_training_t
             if index == 20:
                 break
     assert len(set(WORDS)) == len(WORDS) >= 400
-    assert not set(WORDS) & (TASK_NAMES | _RESERVED | identifiers)
+    assert not set(WORDS) & (TASK_NAMES | RESERVED_NAMES | identifiers)
     assert set(TRAINING_WORDS) | set(VALIDATION_WORDS) == set(WORDS)
     assert not set(TRAINING_WORDS) & set(VALIDATION_WORDS) and len(VALIDATION_WORDS) >= 80
     # demonstrations draw one half, the validation proxy the other: it must not be recall
@@ -95,6 +96,29 @@ def test_the_words_are_no_task_name_keyword_module_or_identifier_of_a_training_t
     assert drawn <= set(TRAINING_WORDS) and len(drawn) > 150
     drawn = {invented_name(random.Random(seed), "validation_words") for seed in range(400)}
     assert drawn <= set(VALIDATION_WORDS) and len(drawn) > 60
+
+
+def test_the_wide_words_are_many_new_words_no_task_or_proxy_uses() -> None:
+    """The wide list exists so that a name recurs too rarely to be learnt as a name; it must
+    also keep every rule `WORDS` keeps, and never name a `validation_words` task's word, or
+    the proxy would measure recall again."""
+    identifiers = set()
+    for template in BUILTIN_TEMPLATES:
+        for split in (Split.TRAIN, Split.HELDOUT):
+            for index, task in enumerate(template.tasks(split)):
+                identifiers |= {w.lower() for w in re.findall(r"[A-Za-z]+", " ".join(_words(task)))}
+                if index == 20:
+                    break
+    assert len(set(WIDE_WORDS)) == len(WIDE_WORDS) >= 3000
+    assert list(WIDE_WORDS) == sorted(WIDE_WORDS)
+    assert all(re.fullmatch(r"[a-z]{4,9}", w) for w in WIDE_WORDS)
+    assert not set(WIDE_WORDS) & (set(WORDS) | TASK_NAMES | RESERVED_NAMES | identifiers)
+    rng = random.Random(0)
+    wide = [invented_name(rng, "wide_words") for _ in range(1500)]
+    words = [invented_name(rng, "words") for _ in range(1500)]
+    assert set(wide) <= set(WIDE_WORDS)
+    # 1,500 names: a wide word recurs about 1.3 times, a training word about 4 times
+    assert len(wide) / len(set(wide)) < 1.5 < 3 < len(words) / len(set(words))
 
 
 def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> None:
@@ -147,8 +171,9 @@ def test_stage_one_takes_the_kind_of_invented_names_and_refuses_others() -> None
 
     assert Stage1Config().sft.invented_names == "syllables"
     fields = Stage1Config().model_dump()
-    fields["sft"]["invented_names"] = "words"
-    assert Stage1Config.model_validate(fields).sft.invented_names == "words"
+    for kind in ("words", "wide_words"):
+        fields["sft"]["invented_names"] = kind
+        assert Stage1Config.model_validate(fields).sft.invented_names == kind
     fields["sft"]["invented_names"] = "klingon"
     with pytest.raises(ValidationError, match="syllables"):
         Stage1Config.model_validate(fields)

@@ -342,10 +342,11 @@ class SFTPhaseConfig(PhaseConfig):
         "names (composer_rl.tasks.invented): names no other context holds, so only copying "
         "them from the instruction gets them right; 0: none",
     )
-    invented_names: Literal["syllables", "words"] = Field(
+    invented_names: Literal["syllables", "words", "wide_words"] = Field(
         default="syllables",
         description="how the invented names are made: syllable strings no language has "
-        "(poncelis), or common words no task uses (lantern); held-out names are words",
+        "(poncelis), 371 common words no task uses (lantern), or 3,500 of them (wide_words: "
+        "each seen once or twice, so it cannot be learnt as a name); held-out names are words",
     )
     copy_share: float = Field(
         default=0.0,

@@ -21,6 +21,7 @@ import keyword
 import random
 import sys
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Any, Literal
 
 from composer_rl.tasks.model import Split, Task
@@ -118,14 +119,24 @@ with words a demonstration used would measure recall again, as held-out must not
 TRAINING_WORDS = tuple(w for w in WORDS if not _word_for_validation(w))
 """The words demonstrations are named with (`sft.invented_names = "words"`)."""
 
-NameKind = Literal["syllables", "words", "validation_words"]
-"""How invented names are made: syllable strings, or words of `TRAINING_WORDS` or of
-`VALIDATION_WORDS`."""
+WIDE_WORDS = tuple(
+    (resources.files("composer_rl.tasks") / "wide_words.txt").read_text("utf-8").split()
+)
+"""3,500 common English words (`scripts/make_wide_words.py`: wordfreq's most frequent ones
+that the standard library's source also uses), none of `WORDS`, no task name, identifier of
+a task's code or Python name. With 371 training words each name recurs in a dozen
+demonstrations and can be learnt as a name: the words2 policy wrote a validation word whole
+at 0.04-0.13 (docs/rl/2026-12-05-distant-copy.md). Drawn from thousands, a name is seen once
+or twice, and only copying gets it right."""
+
+NameKind = Literal["syllables", "words", "wide_words", "validation_words"]
+"""How invented names are made: syllable strings, or words of `TRAINING_WORDS`, of
+`WIDE_WORDS` or of `VALIDATION_WORDS`."""
 
 TASK_NAMES = frozenset(name.lower() for pool in (*POOLS.values(), FLAGS, CLASSES) for name in pool)
 """Every name the task suite uses, in either split: never invented."""
 
-_RESERVED = frozenset(
+RESERVED_NAMES = frozenset(
     {*keyword.kwlist, *dir(builtins), *sys.stdlib_module_names, "test", "tests", "app"}
 )
 
@@ -136,11 +147,13 @@ def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
     while True:
         if kind == "words":
             name = rng.choice(TRAINING_WORDS)
+        elif kind == "wide_words":
+            name = rng.choice(WIDE_WORDS)
         elif kind == "validation_words":
             name = rng.choice(VALIDATION_WORDS)
         else:
             name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
-        if name not in TASK_NAMES and name not in _RESERVED:
+        if name not in TASK_NAMES and name not in RESERVED_NAMES:
             return name
 
 
@@ -224,6 +237,7 @@ __all__ = [
     "TASK_NAMES",
     "TRAINING_WORDS",
     "VALIDATION_WORDS",
+    "WIDE_WORDS",
     "WORDS",
     "NameKind",
     "invented_name",
