@@ -153,7 +153,8 @@ def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
             name = rng.choice(VALIDATION_WORDS)
         else:
             name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
-        if name not in TASK_NAMES and name not in RESERVED_NAMES:
+        # pytest collects a `test*` function a visible test imports (`tester`, 2026-12-05)
+        if name not in TASK_NAMES and name not in RESERVED_NAMES and not name.startswith("test"):
             return name
 
 
