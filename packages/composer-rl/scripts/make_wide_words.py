@@ -7,13 +7,13 @@ uses, so demonstrations and their caches are the same everywhere):
 
 Why these words: the SFT policy copied names of the 371 training words no better than it
 recalled them (docs/rl/2026-12-05-distant-copy.md: 0.15 of a new word's later tokens given
-its first). A name seen in ten demonstrations can be learnt as a name; one drawn from a few
+its first). A word naming about four demonstrations can be learnt as a name; one drawn from a few
 thousand, seen once or twice, can only be copied. Held-out names are common English words,
 so these are too: wordfreq's most frequent English words (a maintained frequency list) that
 also occur in the Python standard library's source, which keeps words of the kind code and
-its comments use and drops most names of people and places. Words of `invented.WORDS`
-(both halves, validation included), every task-vocabulary name and Python's own names are
-left out.
+its comments use and drops many names of people and places. Words of `invented.WORDS`
+(both halves, validation included), identifiers of the tasks' code and every name
+`invented.is_free_name` refuses are left out.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import wordfreq
 
 from composer_rl.tasks import BUILTIN_TEMPLATES, Split
-from composer_rl.tasks.invented import RESERVED_NAMES, TASK_NAMES, WORDS
+from composer_rl.tasks.invented import WORDS, is_free_name
 
 TOP_WORDS = 40_000
 MIN_STDLIB_FILES = 3
@@ -64,7 +64,7 @@ def task_identifiers(per_template: int = 40) -> set[str]:
 
 def main() -> None:
     in_stdlib = stdlib_file_counts()
-    excluded = {w.lower() for w in WORDS} | TASK_NAMES | RESERVED_NAMES | task_identifiers()
+    excluded = {w.lower() for w in WORDS} | task_identifiers()
     excluded |= {"self", "args", "kwargs", "none", "true", "false", "hell"}
     words = sorted(
         {
@@ -73,7 +73,7 @@ def main() -> None:
             if SHAPE.fullmatch(word)
             and in_stdlib[word] >= MIN_STDLIB_FILES
             and word not in excluded
-            and not word.startswith("test")  # pytest would collect it where a test imports it
+            and is_free_name(word)
         }
     )
     OUT.write_text("\n".join(words) + "\n", encoding="utf-8")

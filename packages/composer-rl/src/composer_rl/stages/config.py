@@ -345,7 +345,7 @@ class SFTPhaseConfig(PhaseConfig):
     invented_names: Literal["syllables", "words", "wide_words"] = Field(
         default="syllables",
         description="how the invented names are made: syllable strings no language has "
-        "(poncelis), 371 common words no task uses (lantern), or 3,500 of them (wide_words: "
+        "(poncelis), 371 common words no task uses (lantern), or 3,527 of them (wide_words: "
         "each seen once or twice, so it cannot be learnt as a name); held-out names are words",
     )
     copy_share: float = Field(

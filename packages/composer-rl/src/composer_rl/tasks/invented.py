@@ -122,12 +122,12 @@ TRAINING_WORDS = tuple(w for w in WORDS if not _word_for_validation(w))
 WIDE_WORDS = tuple(
     (resources.files("composer_rl.tasks") / "wide_words.txt").read_text("utf-8").split()
 )
-"""3,500 common English words (`scripts/make_wide_words.py`: wordfreq's most frequent ones
+"""3,527 common English words (`scripts/make_wide_words.py`: wordfreq's most frequent ones
 that the standard library's source also uses), none of `WORDS`, no task name, identifier of
-a task's code or Python name. With 371 training words each name recurs in a dozen
-demonstrations and can be learnt as a name: the words2 policy wrote a validation word whole
-at 0.04-0.13 (docs/rl/2026-12-05-distant-copy.md). Drawn from thousands, a name is seen once
-or twice, and only copying gets it right."""
+a task's code or Python name. With 371 training words each word names about four
+demonstrations and could be learnt as a name; drawn from thousands, a name is seen once or
+twice, and only copying gets it right. Measured, it did not make the policy copy new words
+(docs/rl/2026-12-05-wide-words.md)."""
 
 NameKind = Literal["syllables", "words", "wide_words", "validation_words"]
 """How invented names are made: syllable strings, or words of `TRAINING_WORDS`, of
@@ -139,6 +139,13 @@ TASK_NAMES = frozenset(name.lower() for pool in (*POOLS.values(), FLAGS, CLASSES
 RESERVED_NAMES = frozenset(
     {*keyword.kwlist, *dir(builtins), *sys.stdlib_module_names, "test", "tests", "app"}
 )
+
+
+def is_free_name(name: str) -> bool:
+    """Whether `name` may be invented: no task name, keyword, builtin or standard-library
+    module, and no `test*` name, which pytest collects as a test wherever a visible test
+    imports it (a function renamed `tester` failed its oracle's visible run, 2026-12-05)."""
+    return name not in TASK_NAMES and name not in RESERVED_NAMES and not name.startswith("test")
 
 
 def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
@@ -153,8 +160,7 @@ def invented_name(rng: random.Random, kind: NameKind = "syllables") -> str:
             name = rng.choice(VALIDATION_WORDS)
         else:
             name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
-        # pytest collects a `test*` function a visible test imports (`tester`, 2026-12-05)
-        if name not in TASK_NAMES and name not in RESERVED_NAMES and not name.startswith("test"):
+        if is_free_name(name):
             return name
 
 
@@ -243,5 +249,6 @@ __all__ = [
     "NameKind",
     "invented_name",
     "invented_name_tasks",
+    "is_free_name",
     "with_invented_names",
 ]
