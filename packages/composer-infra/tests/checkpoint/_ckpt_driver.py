@@ -82,7 +82,10 @@ def run(
     seed: int = 0,
     ready: Connection | None = None,
 ) -> None:
-    """Run (or resume) the whole single-epoch run in `run_dir`."""
+    """Run (or resume) the whole single-epoch run in `run_dir`.
+
+    With `ready`, sends "ready" once resumed and then each step number once checkpointed.
+    """
     torch.set_num_threads(1)  # tiny ops: thread pools only add contention
     torch.manual_seed(seed)
     policy = nn.Embedding(VOCAB, VOCAB)
@@ -124,6 +127,8 @@ def run(
             policy_version=step,
             extra={"trained": trained, "consumed": consumed},
         )
+        if ready is not None:
+            ready.send(step)  # progress, so a killer can aim at the middle of the run
 
 
 def main() -> None:

@@ -1,8 +1,13 @@
 """Kill a real short run with SIGKILL at random points, restart it, check the invariants.
 
 Each run is a forked child process (forked so that it does not pay torch's import and
-first-use costs again) running `_ckpt_driver.run`; the parent kills it after a random delay, audits the
-run directory while nothing is running, and restarts it, until the run finishes.
+first-use costs again) running `_ckpt_driver.run`; the parent kills it at a random point,
+audits the run directory while nothing is running, and restarts it, until the run finishes.
+
+The kill is aimed by progress, not by a clock alone: the child reports each checkpointed
+step, the parent lets a random number of steps pass and then a random part of one more
+step's time before SIGKILL. A busy machine (CI runs two test workers) makes steps slower, not
+the kills later, so they still land mid-run and anywhere inside a step, saves included.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from _ckpt_driver import group_id, run
 from composer_infra.checkpoint import FinishedGroup, StepCheckpointer
 
 PROMPTS = 64
+GROUPS_PER_STEP = 2  # the driver's default
 MAX_KILLS = 12
 
 
@@ -50,12 +56,12 @@ def audit(run_dir: Path, previous_trained: list[int], group_bytes: dict[str, byt
 @pytest.mark.slow
 def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
     # Pay torch's lazy first-use costs once here, so every forked run starts at once; then
-    # time a short run, to spread the kills over the whole run whatever this machine's speed.
+    # time a short run for a first guess at one step's time (later steps refine it).
     run(tmp_path / "warmup", prompts=4)
     start = time.perf_counter()
     run(tmp_path / "timing", prompts=8)
-    per_prompt = (time.perf_counter() - start) / 8
-    max_delay = 1.5 * per_prompt * PROMPTS / MAX_KILLS
+    step_time = (time.perf_counter() - start) / (8 // GROUPS_PER_STEP)
+    total_steps = PROMPTS // GROUPS_PER_STEP
     ctx = mp.get_context("fork")
     rng = random.Random(20260329)
     run_dir = tmp_path / "run"
@@ -69,8 +75,15 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pa
         )
         proc.start()
         assert parent_end.poll(120) and parent_end.recv() == "ready"
-        if kills < MAX_KILLS:
-            proc.join(timeout=rng.uniform(0.0, max_delay))
+        remaining = total_steps - len(trained) // GROUPS_PER_STEP
+        if kills < MAX_KILLS and remaining >= 3:
+            # Let 0-4 steps finish (never the last two), then kill within the next one.
+            for _ in range(rng.randint(0, min(4, remaining - 3))):
+                began = time.perf_counter()
+                assert parent_end.poll(300), "driver stopped reporting steps"
+                parent_end.recv()
+                step_time = time.perf_counter() - began
+            proc.join(timeout=rng.uniform(0.0, step_time))
             if proc.exitcode is None:
                 proc.kill()  # SIGKILL
                 kills += 1
