@@ -2,7 +2,8 @@
 
 They run on the CPU under TRITON_INTERPRET=1, in a subprocess so that the interpreter
 setting (read when kernels are defined) cannot leak into or depend on other tests.
-Shapes are small: the interpreter executes every program in Python.
+Shapes are small: the interpreter executes every program in Python. The cases live in
+`_triton_cases.py`, which `test_cuda.py` runs with compiled kernels on a GPU.
 """
 
 from __future__ import annotations
@@ -11,80 +12,25 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton")
 pytest.importorskip("numpy")  # the interpreter needs it
 
-SCRIPT = textwrap.dedent(
-    """
-    import json, math, warnings
-    import torch
-    warnings.filterwarnings("ignore")
-    from composer_kernels.formats import mx_quantize, nvfp4_quantize
-    from composer_kernels.triton_kernels._nvfp4 import (
-        nvfp4_quantize_per_tensor,
-        nvfp4_quantize_per_token,
-    )
-
-    def edge_rows(x):
-        x[0, 3] = math.nan
-        x[1, 40 % x.shape[1]] = math.inf
-        x[2] = 0.0
-        x[3, :16] = 1e-42  # float32 subnormals
-        x[4, 16:32] = -1e-30
-        return x
-
-    gen = torch.Generator().manual_seed(0)
-    results = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        base = torch.randn(9, 128, generator=gen) * torch.logspace(-5, 5, 128)
-        x = edge_rows(base).to(dtype)
-        for elem in ("e4m3", "e5m2"):
-            for rule in ("floor", "rceil"):
-                for dim in (-1, 0) if dtype == torch.float32 else (-1,):
-                    xs = x if dim == -1 else torch.randn(64, 5, generator=gen).to(dtype)
-                    t = mx_quantize(xs, elem, scale_rule=rule, dim=dim, backend="triton")
-                    r = mx_quantize(xs, elem, scale_rule=rule, dim=dim, backend="torch")
-                    key = f"mx-{elem}-{rule}-dim{dim}-{str(dtype)[6:]}"
-                    results[key] = torch.equal(t.scales, r.scales) and torch.equal(
-                        t.data.view(torch.uint8), r.data.view(torch.uint8)
-                    )
-        for shape, step in (((9, 96), 2), ((5, 32), 16), ((2, 5, 48), 1)):
-            x = torch.randn(*shape, generator=gen) * torch.logspace(-3, 3, shape[-1])
-            if len(shape) == 2 and shape[0] >= 5:
-                x = edge_rows(x)
-            x = x.to(dtype)
-            data, scales, g = nvfp4_quantize_per_token(x, blocks_per_step=step)
-            r = nvfp4_quantize(x, backend="torch")
-            key = f"nvfp4-{'x'.join(map(str, shape))}-step{step}-{str(dtype)[6:]}"
-            results[key] = (
-                torch.equal(data, r.data)
-                and torch.equal(scales, r.block_scales.view(torch.uint8))
-                and torch.equal(g.view(torch.int32), r.global_scale.view(torch.int32))
-            )
-            data, scales, g = nvfp4_quantize_per_tensor(x, blocks_per_step=step)
-            r = nvfp4_quantize(x, scale_mode="per_tensor", backend="torch")
-            results[key.replace("nvfp4", "nvfp4-per-tensor")] = (
-                torch.equal(data, r.data)
-                and torch.equal(scales, r.block_scales.view(torch.uint8))
-                and torch.equal(g.view(torch.int32), r.global_scale.view(torch.int32))
-            )
-        auto = nvfp4_quantize(x, backend="triton")
-        r = nvfp4_quantize(x, backend="torch")
-        results[f"nvfp4-public-{str(dtype)[6:]}"] = torch.equal(auto.data, r.data)
-    print(json.dumps(results))
-    """
-)
+CASES = Path(__file__).with_name("_triton_cases.py")
 
 
 @pytest.fixture(scope="module")
 def interpreter_results() -> dict[str, bool]:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, str(CASES), "cpu", "small"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
