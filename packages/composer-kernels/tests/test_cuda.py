@@ -1,6 +1,6 @@
 """The GPU paths agree with the CPU references they stand in for (skipped without CUDA).
 
-CI has no GPU, so these run where one is lent (docs: the kernels README's "On a GPU").
+CI has no GPU, so these run where one is lent (the kernels README, "Tests", says how).
 Each compares a CUDA path with the reference the CPU tests already pin down: the Triton
 quantizers bit for bit, torch's fused grouped GEMM, attention's CUDA route and the
 quantized MoE recipe within stated tolerances.
@@ -106,7 +106,6 @@ def test_quantized_recipe_on_cuda_matches_its_cpu_emulation() -> None:
         out.backward(dy.to(device))
         assert xs.grad is not None and ws.grad is not None
         results.append([t.detach().cpu() for t in (out, xs.grad, ws.grad)])
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    assert not tf32, "TF32 would make this comparison loose"
+    assert not torch.backends.cuda.matmul.allow_tf32, "TF32 would make this comparison loose"
     for cpu, cuda in zip(*results, strict=True):
         assert float((cuda - cpu).norm() / cpu.norm()) < 1e-5

@@ -13,12 +13,14 @@ import pytest
 import torch
 from conftest import micro_config
 
-from composer_model import ComposerModel
+from composer_model import ComposerModel, ModelOutput
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _loss(model: ComposerModel, ids: torch.Tensor, replay: list[torch.Tensor] | None):  # type: ignore[no-untyped-def]
+def _loss(
+    model: ComposerModel, ids: torch.Tensor, replay: list[torch.Tensor] | None
+) -> tuple[torch.Tensor, ModelOutput]:
     out = model(ids, return_routing=True, return_mtp=True, replay_indices=replay)
     logits = out.logits[0, :-1].float()
     loss = torch.nn.functional.cross_entropy(logits, ids[0, 1:])

@@ -24,7 +24,7 @@ from _ckpt_driver import group_id, run
 from composer_infra.checkpoint import FinishedGroup, StepCheckpointer
 
 PROMPTS = 64
-GROUPS_PER_STEP = 2  # the driver's default
+GROUPS_PER_STEP = 2
 MAX_KILLS = 12
 
 
@@ -59,7 +59,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pa
     # time a short run for a first guess at one step's time (later steps refine it).
     run(tmp_path / "warmup", prompts=4)
     start = time.perf_counter()
-    run(tmp_path / "timing", prompts=8)
+    run(tmp_path / "timing", prompts=8, groups_per_step=GROUPS_PER_STEP)
     step_time = (time.perf_counter() - start) / (8 // GROUPS_PER_STEP)
     total_steps = PROMPTS // GROUPS_PER_STEP
     ctx = mp.get_context("fork")
@@ -71,7 +71,9 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pa
     for _attempt in range(3 * MAX_KILLS + 5):
         parent_end, child_end = ctx.Pipe()
         proc = ctx.Process(
-            target=run, args=(run_dir,), kwargs={"prompts": PROMPTS, "ready": child_end}
+            target=run,
+            args=(run_dir,),
+            kwargs={"prompts": PROMPTS, "groups_per_step": GROUPS_PER_STEP, "ready": child_end},
         )
         proc.start()
         assert parent_end.poll(120) and parent_end.recv() == "ready"
