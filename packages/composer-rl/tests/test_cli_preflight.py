@@ -148,6 +148,48 @@ def test_pretrain_checks_the_launch_before_the_corpus(
     assert not run_dir.exists()  # the corpus was not tokenized, nothing was written
 
 
+NO_CUDA = pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="asks for a GPU this machine lacks"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "says"),
+    [
+        pytest.param(
+            "stage1",
+            ["--device", "cuda"],
+            'device cuda: torch sees no CUDA device on this machine; give device = "cpu"',
+            marks=NO_CUDA,
+        ),
+        pytest.param(
+            "sft", ["--device", "cuda:0"], "device cuda:0: torch sees no CUDA", marks=NO_CUDA
+        ),
+        ("pretrain", ["--device", "tpu"], "'tpu' is not a device stage one trains on"),
+        ("sft-round2", ["--device", "cuda:x"], "give cpu, cuda or cuda:N"),
+        (
+            "pretrain",
+            ["--device", "cuda", "--dp", "2", "--skip-long-context"],
+            "stage one's parallel phases run on CPU (gloo) only",
+        ),
+    ],
+    ids=["stage1-no-gpu", "sft-no-gpu", "unknown-kind", "bad-index", "gpu-with-dp"],
+)
+def test_a_device_torch_cannot_train_on_is_refused_before_anything_is_written(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    flags: list[str],
+    says: str,
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a torchrun launch, so --dp 2 passes its own check
+    run_dir = tmp_path / "stage1"
+    assert main([command, "--run-dir", str(run_dir), *flags]) == 2
+    assert says in _one_line_error(capsys)
+    assert not run_dir.exists()
+
+
 def test_a_missing_corpus_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "stage1"
     missing = tmp_path / "nowhere"

@@ -76,3 +76,14 @@ def test_warmup_then_cosine() -> None:
 def test_a_run_of_unknown_length_stays_at_the_peak_after_warm_up() -> None:
     optim = OptimConfig(lr=2.0, warmup_steps=2, min_lr_ratio=0.1)
     assert [lr_at(s, None, optim) for s in range(5)] == [1.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_a_batch_goes_to_the_device_asked_and_keeps_its_values() -> None:
+    packed = pack_documents([[1, 2, 3], [4, 5, 6, 7, 8], [9, 10]], seq_len=4, eos_id=EOS)
+    host = make_batch(packed, [2, 0])
+    placed = make_batch(packed, [2, 0], torch.device("meta"))  # a device without data
+    for name in ("input_ids", "positions", "cu_seqlens", "mask"):
+        tensor, reference = getattr(placed, name), getattr(host, name)
+        assert tensor.device.type == "meta", name
+        assert (tensor.shape, tensor.dtype) == (reference.shape, reference.dtype), name
+    assert host.input_ids.device.type == "cpu"  # no device: the rows' own (host memory)

@@ -176,20 +176,21 @@ def _refuse_wrapped_mtp(
         )
 
 
-def init_distributed() -> bool:
+def init_distributed(backend: str | None = None) -> bool:
     """Join the process group torchrun describes (WORLD_SIZE > 1); False for one process.
 
-    gloo on CPU, NCCL when CUDA is available (each rank then uses GPU LOCAL_RANK)."""
+    `backend` None: gloo on CPU, NCCL when CUDA is available (each rank then uses GPU
+    LOCAL_RANK). A caller whose tensors stay in host memory on a machine with GPUs gives
+    "gloo": NCCL cannot reduce CPU tensors."""
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
-        if torch.cuda.is_available():
+        chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if chosen == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group("nccl")
-        else:
-            dist.init_process_group("gloo")
+        dist.init_process_group(chosen)
     return True
 
 

@@ -13,7 +13,7 @@ from composer_rl.errors import ConfigError
 from composer_rl.progress import Show
 from composer_rl.stages.config import Stage1Config
 
-STAGE1_SECTIONS = ("run_dir", "preset", "threads", "corpus", "copy_warmup")
+STAGE1_SECTIONS = ("run_dir", "preset", "threads", "device", "corpus", "copy_warmup")
 """The top-level keys every stage command that pretrains shows flags for."""
 
 
@@ -78,6 +78,13 @@ def preflight(config: Stage1Config, command: str, *, long_context: bool = True) 
         ParallelDims(dp=parallel.dp, cp=parallel.cp, ep=parallel.ep)
     except ValueError as error:
         raise ConfigError(f"parallel.ep: {error}") from None
+    if parallel.world_size > 1 and config.device != "cpu":
+        raise ConfigError(
+            f"device {config.device} with parallel.dp {parallel.dp} x parallel.cp {parallel.cp}: "
+            'stage one\'s parallel phases run on CPU (gloo) only; give device = "cpu", or '
+            "train on one GPU without --dp/--cp"
+        )
+    check_device(config.device)
     if parallel.world_size == 1:
         return
     if command != "pretrain":
@@ -105,6 +112,26 @@ def preflight(config: Stage1Config, command: str, *, long_context: bool = True) 
             f"this launch has {world} processes but parallel.dp {parallel.dp} x parallel.cp "
             f"{parallel.cp} = {parallel.world_size}: give --dp/--cp whose product is torchrun's "
             "--nproc-per-node (x nodes)"
+        )
+
+
+def check_device(device: str) -> None:
+    """A ConfigError unless torch can train on `device` here (a GPU asked of a machine
+    without one would otherwise fail inside the first phase, after the corpus is read)."""
+    import torch
+
+    wanted = torch.device(device)
+    if wanted.type != "cuda":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(
+            f'device {device}: torch sees no CUDA device on this machine; give device = "cpu"'
+        )
+    if wanted.index is not None and wanted.index >= count:
+        raise ConfigError(
+            f"device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+            f"cuda:{count - 1}; give one of them"
         )
 
 

@@ -29,8 +29,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(--section.field) over a TOML file (--config, the one stage1 and sft read) over "
             "the defaults. [parallel] (--dp, --cp, --ep) runs the base phase under torchrun: "
             "launch with `uv run python -m torch.distributed.run --nproc-per-node DPxCP -m "
-            "composer_rl.cli pretrain ...`; gloo on CPU, NCCL on GPUs; rank 0 writes metrics "
-            "and checkpoints."
+            "composer_rl.cli pretrain ...`; its ranks train on CPU over gloo (device = cuda "
+            "trains one process on a GPU); rank 0 writes metrics and checkpoints."
         ),
     )
     add_stage_flags(parser, (*STAGE1_SECTIONS, "pretrain", "long_context", "parallel"))
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         refuse_plugins(config.run_dir, "pretrain")
     from composer_parallel import init_distributed
 
-    distributed = init_distributed()
+    distributed = init_distributed("gloo")  # stage one's parallel phases run on CPU
     main_rank = not distributed or _rank() == 0
     console = Console()
     summary = run_pretrain(config, show_progress=progress(args))

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "file (--config, the one stage1 and pretrain read) over the defaults."
         ),
     )
-    add_stage_flags(parser, ("run_dir", "preset", "threads", "sft"))
+    add_stage_flags(parser, ("run_dir", "preset", "threads", "device", "sft"))
     parser.set_defaults(handler=main)
 
 

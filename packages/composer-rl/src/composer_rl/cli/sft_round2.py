@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "table) over the defaults."
         ),
     )
-    add_stage_flags(parser, ("run_dir", "preset", "threads", "sft_round2"))
+    add_stage_flags(parser, ("run_dir", "preset", "threads", "device", "sft_round2"))
     parser.set_defaults(handler=main)
 
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
@@ -390,6 +391,12 @@ class Stage1Config(CommandConfig):
     threads: int | None = Field(
         default=None, gt=0, description="torch CPU threads (none: torch's default)"
     )
+    device: str = Field(
+        default="cpu",
+        description="where the phases train and evaluate: cpu, cuda or cuda:N (under "
+        "torchrun, cuda is each rank's own GPU, LOCAL_RANK); checkpoints and exported models "
+        "load on either",
+    )
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     copy_warmup: CopyWarmupConfig = Field(default_factory=CopyWarmupConfig)
     pretrain: PhaseConfig = Field(
@@ -479,6 +486,27 @@ class Stage1Config(CommandConfig):
                 f"{(self.pretrain.seq_len - 1) // 2}"
             )
         return self
+
+    @field_validator("device")
+    @classmethod
+    def _device_kind(cls, value: str) -> str:
+        try:
+            kind = torch.device(value).type
+        except RuntimeError:
+            kind = None
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(
+                f"{value!r} is not a device stage one trains on; give cpu, cuda or cuda:N"
+            )
+        return value
+
+    def torch_device(self) -> torch.device:
+        """The device this process trains on: `device`, with a bare cuda under torchrun
+        meaning the GPU `composer_parallel.init_distributed` gave this rank."""
+        device = torch.device(self.device)
+        if device.type == "cuda" and device.index is None:
+            return torch.device("cuda", torch.cuda.current_device())
+        return device
 
     @model_validator(mode="after")
     def _phase_names_differ(self) -> Stage1Config:

@@ -121,6 +121,12 @@ def phase_step(
     )
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where `model`'s parameters live: a phase sends each batch there (the caller placed
+    the model, `Stage1Config.torch_device`)."""
+    return next(model.parameters()).device
+
+
 def out_of_time(config: PhaseConfig, elapsed_s: float) -> bool:
     """Only a phase given a time limit (opt-in) can run out of time."""
     return config.time_limit_s is not None and elapsed_s > config.time_limit_s
@@ -161,8 +167,9 @@ def evaluate(
     bucket_sum: dict[int, float] = {}
     bucket_count: dict[int, int] = {}
     chosen = list(range(min(rows, len(heldout))))
+    device = model_device(model)
     for start in range(0, len(chosen), rows_per_batch):
-        batch = make_batch(heldout, chosen[start : start + rows_per_batch])
+        batch = make_batch(heldout, chosen[start : start + rows_per_batch], device)
         mtp = with_mtp and bool(model.mtp_modules)
         row = PackedRow(batch.input_ids, batch.cu_seqlens, positions=batch.positions)
         out = forward_row(model, row, parallel=parallel, mtp=mtp)
@@ -172,7 +179,7 @@ def evaluate(
             logits, targets, ignore_index=IGNORE, reduction="none"
         )
         valid = targets != IGNORE
-        total_loss += losses[valid].double().sum()
+        total_loss += losses[valid].double().sum().cpu()
         total_count += int(valid.sum())
         if bucket is not None:
             keys = (batch.positions.reshape(-1) // bucket) * bucket
@@ -264,6 +271,7 @@ def train_phase(
     this rank's part of a dp x cp x ep phase (see the module docstring)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
+    device = model_device(model)
     optimizer = build_optimizer(model, config.optim)
     main = parallel is None or parallel.is_main
     checkpoint_root = run_dir / CHECKPOINT_DIR
@@ -295,8 +303,8 @@ def train_phase(
                 mtp_joined_at = step
             mtp_on = mtp_joined_at is not None
             rows = batch_rows(len(train), config.rows_per_step, step, config.seed)
-            batch = make_batch(train, rows)
-            local = None if parallel is None else make_batch(train, parallel.dp_share(rows))
+            batch = make_batch(train, rows, device)
+            local = None if parallel is None else make_batch(train, parallel.dp_share(rows), device)
             stats = phase_step(model, optimizer, config, batch, step, mtp_on, parallel, local)
             step += 1
             window_tokens += batch.num_tokens

@@ -142,8 +142,11 @@ def rows_at_share(base: PackedRows, extra: PackedRows, share: float) -> PackedRo
     return repeated if share == 1 else concatenate([base, repeated])
 
 
-def make_batch(packed: PackedRows, rows: Sequence[int]) -> Batch:
-    """Lay the chosen rows end to end as one packed sequence."""
+def make_batch(
+    packed: PackedRows, rows: Sequence[int], device: torch.device | None = None
+) -> Batch:
+    """Lay the chosen rows end to end as one packed sequence (on `device`, the model's:
+    the rows stay in host memory, a step's batch alone goes to the GPU)."""
     seq_len = packed.seq_len
     cu: list[int] = [0]
     positions: list[torch.Tensor] = []
@@ -155,10 +158,10 @@ def make_batch(packed: PackedRows, rows: Sequence[int]) -> Batch:
             positions.append(torch.arange(b - a))
     ids = packed.tokens[list(rows)].reshape(1, -1)
     return Batch(
-        input_ids=ids,
-        positions=torch.cat(positions).reshape(1, -1),
-        cu_seqlens=torch.tensor(cu, dtype=torch.int32),
-        mask=packed.mask[list(rows)].reshape(1, -1),
+        input_ids=ids.to(device),
+        positions=torch.cat(positions).reshape(1, -1).to(device),
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device),
+        mask=packed.mask[list(rows)].reshape(1, -1).to(device),
     )
 
 
