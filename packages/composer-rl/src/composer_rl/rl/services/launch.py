@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 import torch.distributed as dist
 from ray.actor import ActorHandle
 
@@ -91,11 +90,10 @@ class TrainingRank(TrainingService):
         plugins: JobPlugins | None = None,
     ) -> int:
         """Join the group at `address`, then become the training service; its version."""
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(0)  # Ray shows the actor its own GPU(s) only
+        # gloo on any machine: the training service keeps its model and gradients in host
+        # memory, and NCCL (what a GPU machine chose here before) cannot reduce CPU tensors.
         dist.init_process_group(
-            backend, init_method=f"tcp://{address}", rank=self.rank, world_size=self.world_size
+            "gloo", init_method=f"tcp://{address}", rank=self.rank, world_size=self.world_size
         )
         TrainingService.__init__(self, model, store_url, checkpoint_dir, config, plugins=plugins)
         return self.policy_version
