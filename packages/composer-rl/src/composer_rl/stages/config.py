@@ -393,9 +393,8 @@ class Stage1Config(CommandConfig):
     )
     device: str = Field(
         default="cpu",
-        description="where the phases train and evaluate: cpu, cuda or cuda:N (under "
-        "torchrun, cuda is each rank's own GPU, LOCAL_RANK); checkpoints and exported models "
-        "load on either",
+        description="where the phases train and evaluate: cpu, cuda or cuda:N (one process: "
+        "the parallel base phase runs on CPU); checkpoints and exported models load on either",
     )
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     copy_warmup: CopyWarmupConfig = Field(default_factory=CopyWarmupConfig)
@@ -499,14 +498,6 @@ class Stage1Config(CommandConfig):
                 f"{value!r} is not a device stage one trains on; give cpu, cuda or cuda:N"
             )
         return value
-
-    def torch_device(self) -> torch.device:
-        """The device this process trains on: `device`, with a bare cuda under torchrun
-        meaning the GPU `composer_parallel.init_distributed` gave this rank."""
-        device = torch.device(self.device)
-        if device.type == "cuda" and device.index is None:
-            return torch.device("cuda", torch.cuda.current_device())
-        return device
 
     @model_validator(mode="after")
     def _phase_names_differ(self) -> Stage1Config:

@@ -123,7 +123,7 @@ def phase_step(
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """Where `model`'s parameters live: a phase sends each batch there (the caller placed
-    the model, `Stage1Config.torch_device`)."""
+    the model on `Stage1Config.device`)."""
     return next(model.parameters()).device
 
 

@@ -83,7 +83,7 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
     torch.manual_seed(config.pretrain.seed)
     model = ComposerModel(
         preset(config.preset, vocab_size=tokenizer.vocab_size, **config.model_overrides)
-    ).to(config.torch_device())
+    ).to(config.device)
     parameters = model.num_parameters()
     parameters_with_mtp = model.num_parameters(include_mtp=True)
     parallel = config.parallel.apply(model)
@@ -201,7 +201,7 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
     )
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
     eos = tokenizer.eos_id
-    base = load_pretrained(source, device=config.torch_device())
+    base = load_pretrained(source, device=config.device)
     scaled = base.config.model_copy(
         update={
             "rope_scaling": YarnScaling(
@@ -219,7 +219,7 @@ def run_long_context(config: Stage1Config, show_progress: Show = True) -> dict[s
     probe = long_rows(heldout_docs, phase.seq_len, eos, max_rows=phase.eval_rows)
     bucket = config.pretrain.seq_len // 2
     before_plain = evaluate(base, probe, phase.eval_rows, phase.rows_per_step, bucket=bucket)
-    model = load_pretrained(source, device=config.torch_device(), config=scaled)
+    model = load_pretrained(source, device=config.device, config=scaled)
     before_yarn = evaluate(model, probe, phase.eval_rows, phase.rows_per_step, bucket=bucket)
     result = train_phase(model, phase, train, probe, phase_dir, show_progress=show_progress)
     after = evaluate(

@@ -221,7 +221,7 @@ def run_sft(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
         train = with_planted_rows(
             train, corpus_docs, config.long_context, phase.copy_share, eos, phase.seed + 1, "copies"
         )
-    model = load_pretrained(source, device=config.torch_device())
+    model = load_pretrained(source, device=config.device)
     result = train_phase(model, phase, train, heldout, phase_dir, show_progress=show_progress)
     summary: dict[str, Any] = {
         "phase": phase.name,

@@ -461,7 +461,7 @@ def run_sft_round2(config: Stage1Config, show_progress: Show = True) -> dict[str
     base_rows = packed(base_ids, base_masks)
     train = rows_at_share(base_rows, own_rows, settings.share)
     heldout = packed(heldout_ids, heldout_masks)
-    model = load_pretrained(source, device=config.torch_device())
+    model = load_pretrained(source, device=config.device)
     rows = min(phase.eval_rows, len(own_rows))
     own_before = evaluate(model, own_rows, rows, phase.rows_per_step)["heldout_ce"]
     result = train_phase(model, phase, train, heldout, phase_dir, show_progress=show_progress)
