@@ -119,3 +119,25 @@ def test_learnability_favours_templates_near_half_and_survives_a_restart(
         debugging, seed=0, mix=only, learnability=LearnabilityConfig(), state_path=state
     )
     assert again.outcomes[mixed] == [20, 40] and again.outcomes[solved] == [40, 40]
+
+
+def test_learnability_draws_a_category_that_never_solves_less(tasks) -> None:  # type: ignore[no-untyped-def]
+    """The mix picks a category, learnability weighs it too: a category whose templates all
+    failed every episode is drawn at about the floor's share, not at its mix weight."""
+    from composer_rl.rl.sampler import LearnabilityConfig
+
+    pair = [t for t in tasks if t.category in (Category.DEBUGGING, Category.REFACTOR)]
+    even = TaskMix(weights={Category.DEBUGGING: 1.0, Category.REFACTOR: 1.0})
+
+    def refactor_share(learnability: LearnabilityConfig | None) -> float:
+        sampler = TaskSampler(pair, seed=0, mix=even, learnability=learnability)
+        for t in pair:  # every refactor template failed 40 times; debugging never played
+            if t.category == Category.REFACTOR:
+                for _ in range(40):
+                    sampler.record_outcome(t, solved=False)
+        drawn = [sampler.next() for _ in range(20)]
+        return sum(t.category == Category.REFACTOR for t in drawn if t) / len(drawn)
+
+    assert refactor_share(None) >= 0.3  # the mix alone: about half
+    # floor 0.1 against 1.0 for an unplayed template (p = 1/2 from the prior): about 0.09
+    assert refactor_share(LearnabilityConfig()) <= 0.2

@@ -132,8 +132,9 @@ class OrchestratorConfig(BaseModel):
     )
     learnability: bool = Field(
         default=False,
-        description="weight each draw by 4 p (1 - p) of its template's solve rate so far "
-        "(groups that all solve or all fail teach nothing); a task is still drawn once",
+        description="weight each draw by 4 p (1 - p) of its template's solve rate so far, "
+        "and each category by its tasks' mean weight (groups that all solve or all fail "
+        "teach nothing); a task is still drawn once",
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -154,6 +154,24 @@ class TaskSampler:
         p = (solved + config.prior) / (seen + 2 * config.prior)
         return max(config.floor, 4.0 * p * (1.0 - p))
 
+    def _category_learnability(
+        self, pools: Mapping[Category, Sequence[Task]]
+    ) -> dict[Category, float] | None:
+        """Each category's mean learnability over the tasks it could draw next.
+
+        Without it the mix alone picks the category and learnability only weighs templates
+        inside it: in rl-t05 (docs/rl/2026-12-06-rl-t05.md) 832 of 2,248 episodes went to six
+        categories none of whose templates ever solved. With it a task's chance is its
+        category's mix weight times its own learnability, over the size of the category's
+        window (the tasks `next` chooses among)."""
+        if self.learnability is None:
+            return None
+        return {
+            category: sum(self.learnability_weight(t) for t in tasks) / len(tasks)
+            for category, tasks in pools.items()
+            if tasks
+        }
+
     def _weights(self, candidates: list[str]) -> list[float] | None:
         hard = self._hard_weights(candidates)
         if self.learnability is None:
@@ -182,7 +200,8 @@ class TaskSampler:
             return None
         rng = random.Random(f"{self.seed}:{len(self.drawn)}")
         pools = self._remaining_pools()
-        window = [t.id for t in pools[self.mix.draw_category(rng, pools)]]
+        category = self.mix.draw_category(rng, pools, self._category_learnability(pools))
+        window = [t.id for t in pools[category]]
         weights = self._weights(window)
         chosen = window[0] if weights is None else rng.choices(window, weights=weights, k=1)[0]
         self.drawn.append(chosen)

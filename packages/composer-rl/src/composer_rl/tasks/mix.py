@@ -105,11 +105,18 @@ class TaskMix(BaseModel):
             )
 
     def draw_category(
-        self, rng: random.Random, pools: Mapping[Category, Sequence[Task]]
+        self,
+        rng: random.Random,
+        pools: Mapping[Category, Sequence[Task]],
+        scale: Mapping[Category, float] | None = None,
     ) -> Category:
         """A category with probability proportional to its weight, among those in `pools`
-        that have tasks."""
-        choices = [(c, w) for c, w in self.weights.items() if w > 0 and pools.get(c)]
+        that have tasks; `scale` multiplies the weights (the RL sampler's learnability: a
+        category whose tasks teach nothing is drawn less, not only its templates)."""
+        factor = scale or {}
+        choices = [
+            (c, w * factor.get(c, 1.0)) for c, w in self.weights.items() if w > 0 and pools.get(c)
+        ]
         if not choices:
             raise ValueError("no category with weight > 0 has tasks to draw")
         categories, weights = zip(*choices, strict=True)
