@@ -131,7 +131,7 @@ def test_learnability_draws_a_category_that_never_solves_less(tasks) -> None:  #
 
     def refactor_share(learnability: LearnabilityConfig | None) -> float:
         sampler = TaskSampler(pair, seed=0, mix=even, learnability=learnability)
-        for t in pair:  # every refactor template failed 40 times; debugging never played
+        for t in pair:  # 40 failures per refactor task, of its template; debugging never played
             if t.category == Category.REFACTOR:
                 for _ in range(40):
                     sampler.record_outcome(t, solved=False)
