@@ -47,6 +47,20 @@ def test_round_trip_keeps_every_tensor_including_mtp(tmp_path: Path) -> None:
     )
 
 
+def test_tied_embeddings_round_trip_and_stay_tied(tmp_path: Path) -> None:
+    model = ComposerModel(micro_config(tie_word_embeddings=True))
+    assert model.lm_head.weight is model.embed_tokens.weight
+    save_pretrained(model, tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in set(f.keys())  # stored once, as the embedding
+    loaded = load_pretrained(tmp_path, dtype=torch.float32)
+    assert loaded.config.tie_word_embeddings
+    assert loaded.lm_head.weight is loaded.embed_tokens.weight
+    ids = torch.randint(0, 128, (1, 12))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+
+
 def test_sharded_checkpoint_with_index(tmp_path: Path) -> None:
     model = _trained_bias_model()
     save_pretrained(model, tmp_path, max_shard_bytes=50_000)

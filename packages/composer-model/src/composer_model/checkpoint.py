@@ -275,6 +275,9 @@ def load_pretrained(
     if config is None:
         config = ModelConfig.from_hf_dict(json.loads((directory / CONFIG_NAME).read_text()))
     state = from_hf_state_dict(config, dict(_iter_tensors(directory)))
+    if config.tie_word_embeddings and "embed_tokens.weight" in state:
+        # A tied checkpoint stores the table once; the head is the same tensor (re-tied below).
+        state["lm_head.weight"] = state["embed_tokens.weight"]
     with torch.device("meta"):
         model = ComposerModel(config)
     expected = model.state_dict()
