@@ -79,6 +79,7 @@ def test_penalty_uses_the_weighted_sum_of_what_the_episode_spent() -> None:
         tokens=TokenCounts(thinking=1000, tool_call=200, tool_output=4000, final_message=100),
         num_tool_calls=5,
         num_turns=3,
+        test_results=TestResults(passed=1),  # the default charges solutions only
     )
     # Default weights: 1000 + 200 + 0.25 * 4000 + 100 + 50 * 5 + 100 * 3 = 2850.
     component = LengthPenalty().composer_reward(episode)
@@ -116,7 +117,10 @@ def test_charged_on_solutions_only_leaves_failures_and_untested_episodes_free() 
     for episode in (failed, errored, untested):
         component = penalty.composer_reward(episode)
         assert component.value == 0.0 and "unsolved" in component.details
-    assert LengthPenalty().composer_reward(failed).value < 0  # the default charges all
+    assert LengthPenalty().composer_reward(failed).value == 0.0  # the default charges solutions
+    charge_all = LengthPenalty(LengthSettings(charged="always", k=0.0))
+    for episode in (failed, errored, untested):
+        assert charge_all.composer_reward(episode).value == -40.0
     with pytest.raises(ValueError, match=r"rewards\.length\.charged: Input should be"):
         penalty.composer_configure({"rewards": {"length": {"charged": "sometimes"}}})
 
@@ -125,7 +129,7 @@ def test_configuration_arrives_through_the_hook_and_is_validated() -> None:
     penalty = LengthPenalty()
     penalty.composer_configure({"rewards": {"length": {"k": 0.0, "q": 3.0, "weight": 2.0}}})
     assert (penalty.settings.k, penalty.settings.q, penalty.settings.weight) == (0.0, 3.0, 2.0)
-    episode = Episode(task="t", tokens=TokenCounts(thinking=7))
+    episode = Episode(task="t", tokens=TokenCounts(thinking=7), test_results=TestResults(passed=1))
     assert penalty.composer_reward(episode).value == -7.0  # k = 0: C(x) = x
     with pytest.raises(
         ValueError,

@@ -17,7 +17,7 @@ from conftest import change
 from composer_rewards import Episode, TestResults, ToolCall
 from composer_rewards.rewards.communication import CommunicationReward
 from composer_rewards.rewards.correctness import CorrectnessReward
-from composer_rewards.rewards.length import LengthPenalty
+from composer_rewards.rewards.length import LengthPenalty, LengthSettings
 from composer_rewards.rewards.style import StyleReward
 from composer_rewards.rewards.unfinished import UnfinishedWorkPenalty
 
@@ -176,7 +176,7 @@ def test_length_charges_a_huge_message_more_than_an_honest_one() -> None:
     def cost(message: str) -> float:
         tokens = TokenCounts(final_message=len(message.split()))
         episode = change(*FIX, task=TASK, final_message=message, tokens=tokens)
-        return LengthPenalty().composer_reward(episode).value
+        return LengthPenalty(LengthSettings(charged="always")).composer_reward(episode).value
 
     assert cost(ADVERSARIAL["huge"]) < cost(HONEST_EDIT) < cost("") <= 0.0
     # What it cannot tell: an empty message costs least; communication is what punishes it.

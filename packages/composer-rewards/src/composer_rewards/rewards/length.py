@@ -77,12 +77,14 @@ class LengthSettings(BaseModel):
     weights: LengthWeights = Field(default_factory=LengthWeights)
     weight: float = Field(default=1e-4, ge=0)
     charged: Literal["always", "solved"] = Field(
-        default="always",
-        description="which episodes pay: every one, or only those whose tests all passed. "
-        "Where one episode in eight solves, a cost charged on every episode is the steadiest "
-        "signal in a group and RL learns to stop checking its work (docs/rl/"
-        "2026-12-04-heldout-new-names.md); charged on solutions only, length ranks solutions "
-        "and never makes a failure look better than a longer success",
+        default="solved",
+        description="which episodes pay: only those whose tests all passed, or every one. "
+        "Charged on every episode, the cost ranks failures too, and a short failure beats a "
+        "long one: RL from pt2000 learned to end failing episodes early on a turn with no "
+        "tool call (0.08 of training episodes to 0.28) and its greedy test running fell from "
+        "0.52 to 0.26; charged on solutions only, it did not (0.61, +0.347 +- 0.055 paired; "
+        "docs/rl/2026-12-06-rl-length-solved.md). Charged on solutions only, length ranks "
+        "solutions and never makes a failure look better than a longer success",
     )
 
 

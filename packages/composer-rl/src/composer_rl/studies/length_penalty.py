@@ -7,6 +7,10 @@ their length) are not pushed into giving up the way a linear cost would push the
 Three RL runs from the same checkpoint, seed and settings; only the `length` reward differs:
 
 - `concave`: the plugin's defaults (k, q and weight of `composer_rewards.LengthSettings`);
+
+Each variant charges its cost on every episode (`charged = "always"`, the plugin's default
+until 2026-12-06): the study is about the cost's shape on episodes of every outcome, and
+the linear weight is fixed from the lengths of first-step episodes of every outcome.
 - `linear`: k = 0 (C(x) = x), its weight chosen so that the penalty equals the concave one
   at x_ref, the median x of the concave run's first-step episodes (sampled by the starting
   policy, before any update), recovered from the logged component;
@@ -145,7 +149,7 @@ def run_variants(
             settings[variant] = {"k": concave.k, "q": concave.q, "weight": concave.weight}
         run_dir = work / variant
         histories[variant], reused[variant] = run_or_reuse(
-            model, run_dir, sizes, {**base, **reward}, seed
+            model, run_dir, sizes, {**base, "rewards.length.charged": "always", **reward}, seed
         )
         episodes[variant] = read_episodes(run_dir)
     late = {v: late_episodes(eps, sizes.steps) for v, eps in episodes.items()}
