@@ -65,3 +65,15 @@ def test_unterminated_call() -> None:
 def test_plain_text_has_no_calls() -> None:
     parsed = parse_output("I think the answer is 4.<|end_of_turn|>")
     assert parsed.calls == [] and parsed.finished_turn
+
+
+def test_a_call_closed_but_never_opened_is_malformed_not_a_message() -> None:
+    # The broken call RL learned to end failing episodes with (rl-length-solved record).
+    parsed = parse_output("run\n@@command\npython -m pytest -q\n" + TOOL_CALL_END)
+    (call,) = parsed.calls
+    assert call.malformed and not call.ok and call.name == "run"
+    assert TOOL_CALL in (call.error or "") and "no" in (call.error or "")
+    (prose,) = parse_output("Read shop.py.\n" + TOOL_CALL_END).calls  # a finish lost its head
+    assert prose.malformed
+    well_formed = parse_output("thinking " + render_call(ToolCall(name="finish", arguments={})))
+    assert [c.ok for c in well_formed.calls] == [True]

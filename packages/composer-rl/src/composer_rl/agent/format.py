@@ -162,9 +162,22 @@ def iter_call_bodies(text: str) -> Iterator[tuple[str, bool]]:
 
 
 def parse_output(text: str) -> ParsedTurn:
-    """Parse model output (up to a stop marker) into tool calls, flagging malformed ones."""
+    """Parse model output (up to a stop marker) into tool calls, flagging malformed ones.
+
+    A call closed without being opened (`run\n@@command\n...<|/tool_call|>` with no
+    `<|tool_call|>` before it) is a malformed call, not a message with no call. Read as no
+    call, it ended the episode at once: RL with a length cost charged on failures learned to
+    end failing episodes that way, skipping the test run (docs/rl/
+    2026-12-06-rl-length-solved.md). As a malformed call it gets an error and a next turn,
+    like every other broken call."""
     calls: list[ToolCall] = []
     unterminated = False
+    closer = text.find(TOOL_CALL_END)
+    if closer != -1 and TOOL_CALL not in text[:closer]:
+        name = text[:closer].lstrip().partition("\n")[0].strip()
+        calls.append(
+            _malformed(name, f"the call has no {TOOL_CALL} before it; a call opens with {TOOL_CALL}")
+        )
     for body, terminated in iter_call_bodies(text):
         if terminated:
             calls.append(parse_call_body(body))
