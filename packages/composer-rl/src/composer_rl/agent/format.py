@@ -176,7 +176,9 @@ def parse_output(text: str) -> ParsedTurn:
     if closer != -1 and TOOL_CALL not in text[:closer]:
         name = text[:closer].lstrip().partition("\n")[0].strip()
         calls.append(
-            _malformed(name, f"the call has no {TOOL_CALL} before it; a call opens with {TOOL_CALL}")
+            _malformed(
+                name, f"the call has no {TOOL_CALL} before it; a call opens with {TOOL_CALL}"
+            )
         )
     for body, terminated in iter_call_bodies(text):
         if terminated:
