@@ -164,8 +164,8 @@ def iter_call_bodies(text: str) -> Iterator[tuple[str, bool]]:
 def parse_output(text: str) -> ParsedTurn:
     """Parse model output (up to a stop marker) into tool calls, flagging malformed ones.
 
-    A call closed without being opened (`run\n@@command\n...<|/tool_call|>` with no
-    `<|tool_call|>` before it) is a malformed call, not a message with no call. Read as no
+    A call closed without being opened (`run`, its argument lines and `<|/tool_call|>`, with
+    no `<|tool_call|>` before it) is a malformed call, not a message with no call. Read as no
     call, it ended the episode at once: RL with a length cost charged on failures learned to
     end failing episodes that way, skipping the test run (docs/rl/
     2026-12-06-rl-length-solved.md). As a malformed call it gets an error and a next turn,

@@ -7,14 +7,14 @@ their length) are not pushed into giving up the way a linear cost would push the
 Three RL runs from the same checkpoint, seed and settings; only the `length` reward differs:
 
 - `concave`: the plugin's defaults (k, q and weight of `composer_rewards.LengthSettings`);
-
-Each variant charges its cost on every episode (`charged = "always"`, the plugin's default
-until 2026-12-06): the study is about the cost's shape on episodes of every outcome, and
-the linear weight is fixed from the lengths of first-step episodes of every outcome.
 - `linear`: k = 0 (C(x) = x), its weight chosen so that the penalty equals the concave one
   at x_ref, the median x of the concave run's first-step episodes (sampled by the starting
   policy, before any update), recovered from the logged component;
 - `none`: weight 0.
+
+Each variant charges its cost on every episode (`charged = "always"`, the plugin's default
+until 2026-12-06): the study is about the cost's shape on episodes of every outcome, and
+the linear weight is fixed from the lengths of first-step episodes of every outcome.
 
 The sampler's hard-task upsampling is off (it reads the episodes' lengths, so it would give
 each variant other tasks); with the same seed every run draws the same tasks in the same
