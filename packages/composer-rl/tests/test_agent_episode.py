@@ -128,63 +128,22 @@ def test_cache_reuse_between_turns_changes_nothing_but_the_work() -> None:
         assert a.stop_reason == b.stop_reason and a.generated_tokens == b.generated_tokens
 
 
-class _ScriptedEngine:
-    """The engine's request interface, answering each turn with the next of `turns` (the
-    shape of the do-nothing baseline's engine): the runner, sandbox and grading are real."""
-
-    def __init__(self, tokenizer, turns: list[str]) -> None:  # type: ignore[no-untyped-def]
-        self.max_batch_size, self.max_seq_len = 4, 4096
-        self.tokenizer, self.turns = tokenizer, list(turns)
-        self._pending: dict[str, list[int]] = {}
-        self._count = 0
-
-    def add_request(self, prompt_ids: list[int], params: object, session: str | None = None) -> str:
-        self._count += 1
-        self._pending[f"r{self._count}"] = list(prompt_ids)
-        return f"r{self._count}"
-
-    def step(self):  # type: ignore[no-untyped-def]
-        from composer_model import GenerationResult
-
-        done, self._pending = self._pending, {}
-        out = []
-        for request_id, prompt in done.items():
-            text = self.turns.pop(0)
-            ids = self.tokenizer.encode(text)
-            out.append(
-                GenerationResult(
-                    request_id=request_id,
-                    prompt_ids=prompt,
-                    token_ids=ids,
-                    text=text,
-                    logprobs=[0.0] * len(ids),
-                    versions=[0] * len(ids),
-                    finish_reason="stop_token",
-                )
-            )
-        return out
-
-    def abort(self, request_id: str) -> bool:
-        return self._pending.pop(request_id, None) is not None
-
-    def end_session(self, session: str) -> bool:
-        return True
-
-
 def test_a_call_without_its_opener_does_not_end_the_episode() -> None:
     """RL learned to end failing episodes by writing a call without `<|tool_call|>`, read as
     a message with no call (docs/rl/2026-12-06-rl-length-solved.md). It is a malformed call:
     the policy gets the error and its next turn."""
     from composer_rewards import ToolCall
     from composer_rl.agent.format import TOOL_CALL_END, render_call
+    from composer_rl.eval.baseline_checkpoints import ScriptedEngine
 
     tasks, _, tokenizer, _ = _setup(n_tasks=1)
     broken = "run\n@@command\npython -m pytest -q\n" + TOOL_CALL_END
     finish = render_call(ToolCall(name="finish", arguments={"message": "Gave up."}))
-    engine = _ScriptedEngine(tokenizer, [broken, finish])
+    script = iter([broken, finish])
+    engine = ScriptedEngine(tokenizer, script, max_batch_size=4, max_seq_len=4096)
     runner = EpisodeRunner(engine, tokenizer, RunnerConfig(max_turns=4, max_new_tokens=64))  # type: ignore[arg-type]
     (result,) = runner.run(tasks, samples_per_task=1)
-    assert result.stop_reason == "finish" and engine.turns == []
+    assert result.stop_reason == "finish" and next(script, None) is None
     first = result.calls[0]
     assert first.malformed and first.name == "run" and "<|tool_call|>" in (first.error or "")
     assert "malformed tool call" in result.transcript.text  # the policy was told

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -49,53 +50,72 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 
-class FinishAtOnceEngine:
-    """The inference engine's request interface, answering every request with ``finish``.
+class ScriptedEngine:
+    """The inference engine's request interface, answering each request with the next text
+    of a script.
 
     It has what `composer_rl.agent.episode.EpisodeRunner` calls on an `InferenceEngine`
-    (`add_request`, `step`, `abort`, `end_session`, `max_batch_size`, `max_seq_len`), so the
-    do-nothing policy's episodes run through the real runner: its sandboxes, its tool-call
-    parsing, its grading pool. The tokens are the tokenizer's own encoding of the call, so
+    (`add_request`, `step`, `abort`, `end_session`, `max_batch_size`, `max_seq_len`), so a
+    scripted policy's episodes run through the real runner: its sandboxes, its tool-call
+    parsing, its grading pool. The tokens are the tokenizer's own encoding of each text, so
     the token counts the reward plugins see are those of a model that wrote it.
     """
 
-    MESSAGE = ""
-    """The final message: empty, so that no grader reads a question or a claim into it."""
-
-    def __init__(self, tokenizer: ComposerTokenizer, max_batch_size: int, max_seq_len: int) -> None:
+    def __init__(
+        self,
+        tokenizer: ComposerTokenizer,
+        texts: Iterable[str],
+        max_batch_size: int,
+        max_seq_len: int,
+    ) -> None:
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len
-        self.text = render_call(ToolCall(name="finish", arguments={"message": self.MESSAGE}))
-        self.token_ids = tokenizer.encode(self.text)
+        self.tokenizer = tokenizer
+        self._texts = iter(texts)
         self._pending: dict[str, list[int]] = {}
         self._ids = itertools.count()
 
     def add_request(self, prompt_ids: list[int], params: object, session: str | None = None) -> str:
-        request_id = f"finish-{next(self._ids)}"
+        request_id = f"scripted-{next(self._ids)}"
         self._pending[request_id] = list(prompt_ids)
         return request_id
 
     def step(self) -> list[GenerationResult]:
         done, self._pending = self._pending, {}
-        n = len(self.token_ids)
-        return [
-            GenerationResult(
-                request_id=request_id,
-                prompt_ids=prompt,
-                token_ids=list(self.token_ids),
-                text=self.text,
-                logprobs=[0.0] * n,
-                versions=[0] * n,
-                finish_reason="stop_token",
+        results = []
+        for request_id, prompt in done.items():
+            text = next(self._texts)
+            token_ids = self.tokenizer.encode(text)
+            n = len(token_ids)
+            results.append(
+                GenerationResult(
+                    request_id=request_id,
+                    prompt_ids=prompt,
+                    token_ids=token_ids,
+                    text=text,
+                    logprobs=[0.0] * n,
+                    versions=[0] * n,
+                    finish_reason="stop_token",
+                )
             )
-            for request_id, prompt in done.items()
-        ]
+        return results
 
     def abort(self, request_id: str) -> bool:
         return self._pending.pop(request_id, None) is not None
 
     def end_session(self, session: str) -> bool:
         return True
+
+
+class FinishAtOnceEngine(ScriptedEngine):
+    """The do-nothing policy: every generation is the ``finish`` call with an empty message."""
+
+    MESSAGE = ""
+    """The final message: empty, so that no grader reads a question or a claim into it."""
+
+    def __init__(self, tokenizer: ComposerTokenizer, max_batch_size: int, max_seq_len: int) -> None:
+        finish = render_call(ToolCall(name="finish", arguments={"message": self.MESSAGE}))
+        super().__init__(tokenizer, itertools.repeat(finish), max_batch_size, max_seq_len)
 
 
 def is_scripted(checkpoint: Path) -> bool:
