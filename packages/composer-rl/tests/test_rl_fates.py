@@ -190,6 +190,13 @@ def test_trained_and_left_over_fates_come_from_the_running_loop(tmp_path: Path) 
     assert book.standing[left]["fate"] == "left_over"
     assert "epoch ran out" in book.standing[left]["reason"]
     assert loop.counters.groups_left_at_end == 1 and left not in loop.dropped
+    assert loop.ended_early() == (
+        "the epoch ran out at step 1 of 5: this call finished 0 group(s) and resumed 3; "
+        "0 were constant "
+        "(loop.drop_constant_groups, loop.constant_by = reward), 0 untrainable, 0 too stale, "
+        "and 1 left over, fewer than a batch; more tasks (tasks.per_template) or a policy "
+        "that solves some would train more"
+    )
 
 
 def test_a_resume_voids_later_fates_and_records_what_the_kill_left_unrecorded(

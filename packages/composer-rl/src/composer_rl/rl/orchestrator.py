@@ -709,6 +709,26 @@ class Orchestrator:
                 resumed=group.resumed,
             )
 
+    def ended_early(self) -> str | None:
+        """Why the run stopped short of `loop.steps`, in one line; None when it did not.
+
+        An epoch that runs out ends the run quietly otherwise, and a run whose every group
+        was constant (an untrained policy that solves nothing) would report "0 steps" and
+        exit 0 with no hint of what to change.
+        """
+        if self.step >= self.config.steps:
+            return None
+        c = self.counters
+        return (
+            f"the epoch ran out at step {self.step} of {self.config.steps}: this call "
+            f"finished {c.groups_finished} group(s) and resumed {c.groups_resumed}; "
+            f"{c.groups_constant} were constant "
+            f"(loop.drop_constant_groups, loop.constant_by = {self.config.constant_by}), "
+            f"{c.groups_untrainable} untrainable, {c.groups_stale_dropped} too stale, and "
+            f"{c.groups_left_at_end} left over, fewer than a batch; more tasks "
+            "(tasks.per_template) or a policy that solves some would train more"
+        )
+
     def _record_left_over(self, epoch_over: bool) -> None:
         """The groups still queued when the run ends: untrained, in the group store; a run
         resumed with more steps judges them again."""

@@ -40,6 +40,7 @@ from composer_model import ComposerTokenizer
 from composer_parallel import ParallelDims
 from composer_rl.errors import require_model_dir
 from composer_rl.plugins import JobPlugins, PluginSession
+from composer_rl.progress import phase_line
 from composer_rl.rl.config import ConfigError, RLConfig, to_toml
 from composer_rl.rl.episodes import EPISODES_LOG, score_result
 from composer_rl.rl.fates import FATES_LOG, FateLog
@@ -556,6 +557,8 @@ def run_rl(
         # plugins restored: recorded in the first step's metrics line.
         first_boundary.update(session.step_boundary(orchestrator.step))
         history = orchestrator.run()
+        if (short := orchestrator.ended_early()) is not None:
+            phase_line("rl", short)
         periodic.finish()
         # With what the loop decided after its last step (groups dropped since, the counts).
         handles.trainer.call("save_checkpoint", orchestrator.state([])).result()
