@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from composer_rl.tasks.invented import (
     NameKind,
     invented_name,
     invented_name_tasks,
+    renamed_share,
     with_invented_names,
 )
 from composer_rl.tasks.templates.vocab import POOLS, names
@@ -135,6 +137,54 @@ def test_the_tasks_are_the_same_for_a_seed_and_come_from_the_given_tasks() -> No
     assert len(first) == 30
     assert {t.metadata["renamed_from"] for t in first} <= {t.id for t in given}
     assert len({t.id for t in first}) == 30  # a task drawn twice gets other names
+
+
+def test_rl_renames_a_share_of_its_tasks_in_place_with_words_no_task_uses() -> None:
+    given = [t for template in BUILTIN_TEMPLATES for t in islice(template.tasks(Split.TRAIN), 3)]
+    every = renamed_share(given, 1.0, seed=3, kind="wide_words")
+    assert len(every) == len(given)
+    assert [t.id for t in every] == [t.id for t in renamed_share(given, 1.0, 3, "wide_words")]
+    for original, task in zip(given, every, strict=True):
+        if original.metadata["template"] in NOT_RENAMABLE:
+            assert task is original
+            continue
+        # In place: the sampler's order and categories are the given tasks'.
+        assert task.metadata["renamed_from"] == original.id
+        assert task.category == original.category and task.split == Split.TRAIN.value
+        assert _words(task) & set(WIDE_WORDS)
+        assert not _words(task) & set(VALIDATION_WORDS)
+    renamable = sum(t.metadata["template"] not in NOT_RENAMABLE for t in given)
+    half = renamed_share(given, 0.5, seed=3, kind="wide_words")
+    share = sum(t.metadata.get("names") == "invented" for t in half) / renamable
+    assert 0.3 < share < 0.7
+    assert [t.id for t in half] != [t.id for t in renamed_share(given, 0.5, 4, "wide_words")]
+
+
+def test_the_rl_run_trains_on_renamed_tasks_when_asked_and_refuses_validation_words() -> None:
+    from composer_rl.config import ConfigError
+    from composer_rl.plugins import JobPlugins
+    from composer_rl.rl.config import load_config
+    from composer_rl.rl.run import training_tasks
+    from composer_rl.tasks.templates.base import is_validation
+
+    def tasks_of(**settings: object) -> list[Task]:
+        config = load_config(None, {"tasks.per_template": 2, "seed": 1, **settings})
+        return training_tasks(config, JobPlugins(config.plugin_run_config()))
+
+    plain = tasks_of()
+    renamed = tasks_of(**{"tasks.invented_names": "wide_words"})
+    assert len(renamed) == len(plain)
+    assert not any(t.metadata.get("names") == "invented" for t in plain)
+    assert {t.metadata["renamed_from"] for t in renamed if t.metadata.get("names")} <= {
+        t.id for t in plain
+    }
+    assert sum(t.metadata.get("names") == "invented" for t in renamed) == sum(
+        t.metadata["template"] not in NOT_RENAMABLE for t in plain
+    )
+    # Renamed from training tasks, never from the validation tasks settings are chosen on.
+    assert not any(is_validation(t) for t in plain)
+    with pytest.raises(ConfigError, match="invented_names"):
+        load_config(None, {"tasks.invented_names": "validation_words"})
 
 
 def test_the_invented_validation_split_renames_validation_tasks_only() -> None:

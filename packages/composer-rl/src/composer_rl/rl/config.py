@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -77,6 +77,19 @@ class TasksSection(_Section):
         default=None,
         description="category weights of the sampler (None: composer_rl.tasks.TaskMix's "
         "defaults, feature iteration the largest share)",
+    )
+    invented_names: Literal["off", "syllables", "words", "wide_words"] = Field(
+        default="off",
+        description="rename training tasks with invented names (composer_rl.tasks.invented) "
+        "so that a name is right only when copied from the instruction, as on a held-out "
+        "task: words of 3,527 no task uses (wide_words), the 371 words demonstrations are "
+        "named with (words) or syllable strings; never the validation split's words",
+    )
+    invented_share: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="share of the renamable training tasks renamed (tasks.invented_names)",
     )
 
 

@@ -61,6 +61,7 @@ from composer_rl.tasks import (
     collect_tasks,
     sample_tasks,
 )
+from composer_rl.tasks.invented import renamed_share
 from composer_rl.tasks.model import Task
 from composer_rl.tasks.templates.base import is_validation
 
@@ -159,10 +160,15 @@ def training_sources(config: RLConfig) -> list[TaskSource]:
 
 
 def training_tasks(config: RLConfig, plugins: JobPlugins) -> list[Task]:
-    """The training split of `training_sources` and of the job's plugin task sources."""
+    """The training split of `training_sources` and of the job's plugin task sources, renamed
+    with invented names where `tasks.invented_names` asks (`invented.renamed_share`)."""
     tasks = collect_tasks(Split.TRAIN, training_sources(config), pm=plugins.pm)
     if config.tasks.per_template:
         tasks = sample_tasks(tasks, config.tasks.per_template, seed=config.seed)
+    if config.tasks.invented_names != "off":
+        tasks = renamed_share(
+            tasks, config.tasks.invented_share, config.seed, config.tasks.invented_names
+        )
     if not tasks:
         raise ValueError(
             "no training tasks found; check tasks.source, tasks.builtin and the plugins' "

@@ -239,6 +239,25 @@ def invented_name_tasks(
     return chosen
 
 
+def renamed_share(
+    tasks: Sequence[Task], share: float, seed: int, kind: NameKind = "wide_words"
+) -> list[Task]:
+    """`tasks` in order, each of a renamable built-in template drawn anew with invented
+    names with probability `share` (RL's `tasks.invented_names`); the others as they are.
+
+    RL on the training split's names pays recall as much as copying: a policy that writes
+    a training name from memory is rewarded for it, and a held-out task names nothing it
+    has seen. On a task renamed with words no task uses, only the copy from the
+    instruction is rewarded, and that is what a new name needs. The same tasks for the
+    same arguments, so a resumed run samples the task list it was killed with."""
+    rng = random.Random(seed)
+    chosen: list[Task] = []
+    for task in tasks:
+        renamed = with_invented_names(task, rng, kind) if rng.random() < share else None
+        chosen.append(renamed if renamed is not None else task)
+    return chosen
+
+
 __all__ = [
     "SYLLABLES",
     "TASK_NAMES",
@@ -250,5 +269,6 @@ __all__ = [
     "invented_name",
     "invented_name_tasks",
     "is_free_name",
+    "renamed_share",
     "with_invented_names",
 ]
