@@ -16,7 +16,7 @@ import pytest
 
 from composer_rl.cli import build_parser, main
 from composer_rl.config import CommandConfig, ConfigError, knobs, load_args, sections, to_toml
-from composer_rl.rl.config import RLConfig
+from composer_rl.rl.config import RLConfig, load_config
 from composer_rl.stages.config import Stage1Config
 
 STAGE1_TOML = """\
@@ -432,3 +432,26 @@ def test_model_overrides_shape_the_pretrained_model_and_a_bad_one_is_one_line(
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and said in err and "model_overrides" in err
         assert not (tmp_path / "bad").exists()
+
+
+RECIPES = Path(__file__).parents[1] / "recipes"
+
+
+def test_the_recipes_load_as_the_records_ran_them() -> None:
+    """`recipes/` holds the settings the records chose on validation tasks, as files a
+    command reads; a renamed or removed knob fails here, not two hours into a run."""
+    from composer_rl.config import load
+
+    stage1 = load(Stage1Config, RECIPES / "stage1-copying.toml")
+    assert stage1.model_overrides == {"kv_lora_rank": 128, "q_lora_rank": 128,
+                                      "qk_nope_head_dim": 64}  # fmt: skip
+    assert (stage1.copy_warmup.steps, stage1.copy_warmup.pretrain_share) == (3000, 0.5)
+    assert stage1.pretrain.steps == 2000 and stage1.sft.optim.lr == 4e-4
+    assert (stage1.sft.invented_name_tasks, stage1.sft.invented_names) == (1500, "words")
+    assert stage1.sft.optim.warmup_steps == Stage1Config().sft.optim.warmup_steps
+
+    rl = load_config(RECIPES / "rl-validation.toml", {})
+    assert rl.rollout.temperature == 0.5 and rl.loss.temperature == 0.5
+    assert rl.loop.learnability and rl.loop.constant_by == "correctness"
+    assert rl.loop.steps == 20 and rl.eval.every == 0
+    assert rl.rewards["length"]["charged"] == "solved"
