@@ -92,8 +92,12 @@ def test_a_step_in_micro_batches_is_the_step_in_one_forward() -> None:
     # The variances are the whole batch's, not a sum of the parts' (which would be larger).
     assert whole.metrics["kl_k1_var"] > 0 and "kl_k1_sq" not in cut.metrics
     cut_state = cut_model.state_dict()
+    # Adam divides each gradient by its own size, so an element whose gradient is near
+    # Adam's eps turns the parts' other summation order into an update that differs by
+    # about 1e-6 (lm_head, one element in 4,096, on torch 2.x CPU): 1e-5 is a thousandth of
+    # this step's lr, and a part left out or counted twice moves most weights by ~lr.
     for name, value in whole_model.state_dict().items():  # weights and balancing biases
-        torch.testing.assert_close(cut_state[name], value, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(cut_state[name], value, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_the_anchor_term_counts_once_a_step() -> None:
