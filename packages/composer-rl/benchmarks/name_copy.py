@@ -219,6 +219,7 @@ def main() -> int:
                          in figures[split]["rest_of_names_by_kind"].items())  # type: ignore[attr-defined]  # fmt: skip
         print(f"{split}: the rest of a name given its first token, by kind: {rest}")
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"model": str(model_dir), **figures}, indent=2))
     for other_file in args.against:
         other = json.loads(other_file.read_text())
