@@ -109,6 +109,16 @@ class CorpusConfig(BaseModel):
         "(composer_rl.stages.copying), added to pretraining's training side after the "
         "tokenizer is made: data that can only be predicted by copying from context",
     )
+    renamed_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="share of the training files (by a hash of the name) whose own "
+        "identifiers pretraining reads renamed to invented words, the same way throughout "
+        "a file (composer_rl.stages.renaming): past a name's first mention only copying "
+        "predicts it. The tokenizer, the token cache and the copy warm-up keep the text as "
+        "it is",
+    )
 
 
 class CopyWarmupConfig(BaseModel):

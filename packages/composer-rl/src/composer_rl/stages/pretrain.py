@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from composer_model import ComposerModel, YarnScaling, load_pretrained, preset
+from composer_model import ComposerModel, ComposerTokenizer, YarnScaling, load_pretrained, preset
 from composer_parallel import Parallel, full_state_dict
 from composer_rl.progress import Show, phase_line
 from composer_rl.stages.config import Stage1Config
@@ -33,11 +33,13 @@ from composer_rl.stages.copying import (
     repeated_share,
     with_planted_rows,
 )
+from composer_rl.stages.corpus import load_corpus
 from composer_rl.stages.data import tokenizer_and_tokens
 from composer_rl.stages.loop import evaluate, train_phase
 from composer_rl.stages.metrics import plot_position_loss
 from composer_rl.stages.packing import PackedRows, concatenate, pack_documents
 from composer_rl.stages.phases import export_final, open_phase, previous_final
+from composer_rl.stages.renaming import renamed_texts
 
 
 def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, Any]:
@@ -58,19 +60,21 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
     if distributed:
         dist.barrier()
     tokenizer, train_docs, heldout_docs = tokenizer_and_tokens(config.run_dir, config.corpus)
+    pretrain_docs = renamed_documents(train_docs, tokenizer, config)
     if config.corpus.copy_documents:
         # Added here, not to the corpus: the tokenizer and the token cache stay those of the
         # text, so stage-one runs with and without them share SFT's tokenized demonstrations.
         texts = copy_documents(config.corpus.copy_documents, seed=config.pretrain.seed)
-        train_docs = [*train_docs, *tokenizer.encode_batch(texts)]
+        extra = tokenizer.encode_batch(texts)
+        train_docs, pretrain_docs = [*train_docs, *extra], [*pretrain_docs, *extra]
     eos = tokenizer.eos_id
-    train = pack_documents(train_docs, config.pretrain.seq_len, eos)
+    train = pack_documents(pretrain_docs, config.pretrain.seq_len, eos)
     heldout = pack_documents(heldout_docs, config.pretrain.seq_len, eos)
     warmup = config.copy_warmup
     if warmup.pretrain_share:
         # Pairs drawn with another seed than the warm-up's, so pretraining sees new ones.
         kept = repeated_share(
-            train_docs,
+            pretrain_docs,
             len(train),
             warmup.pretrain_share,
             config.pretrain.seq_len,
@@ -132,6 +136,9 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         "parameters_with_mtp": parameters_with_mtp,
         "train_tokens_available": int(train.tokens.numel()),
         "copy_documents": config.corpus.copy_documents,
+        "renamed_documents": sum(
+            a is not b for a, b in zip(train_docs, pretrain_docs, strict=True)
+        ),
         "copy_warmup_steps": warmup.steps,
         "copy_pretrain_share": warmup.pretrain_share,
         **result.final_eval,
@@ -150,6 +157,27 @@ def run_pretrain(config: Stage1Config, show_progress: Show = True) -> dict[str, 
         return summary
     export_final(model, tokenizer, phase_dir, summary)
     return summary
+
+
+def renamed_documents(
+    train_docs: list[list[int]], tokenizer: ComposerTokenizer, config: Stage1Config
+) -> list[list[int]]:
+    """`train_docs` with the `corpus.renamed_share` of Python files renamed
+    (`composer_rl.stages.renaming`), tokenized again: what pretraining reads."""
+    share = config.corpus.renamed_share
+    if not share:
+        return train_docs
+    corpus = load_corpus(config.corpus)
+    if len(corpus.train) != len(train_docs):
+        raise ValueError(
+            f"{config.run_dir / 'tokens.pt'} holds {len(train_docs)} training files and the "
+            f"corpus {len(corpus.train)}: delete the token cache so it is made again"
+        )
+    texts = renamed_texts([(d.name, d.text) for d in corpus.train], share, config.pretrain.seed)
+    out = list(train_docs)
+    for index, ids in zip(texts, tokenizer.encode_batch(list(texts.values())), strict=True):
+        out[index] = ids
+    return out
 
 
 def _copy_probe(heldout_docs: list[list[int]], config: Stage1Config, eos: int) -> PackedRows | None:
