@@ -278,6 +278,7 @@ QUICK_BENCHMARK_ARGS: dict[str, list[str]] = {
     "packages/composer-rewards/benchmarks/bench_scoring.py": ["--repeats", "1", "--number", "5"],
     "packages/composer-model/benchmarks/bench_vs_transformers.py": ["--quick"],
     "packages/composer-model/benchmarks/profile_model.py": ["--quick", "--repeats", "1"],
+    "packages/composer-model/benchmarks/induction_formation.py": ["--quick"],
     "packages/composer-model/benchmarks/bench_speculative.py": [
         "--steps", "2", "--prompts", "1", "--new-tokens", "4", "--repeats", "1",
     ],
