@@ -12,7 +12,9 @@ Each row is 64 tokens: random filler, a random sequence of 8-24 tokens from an a
 `--alphabet` tokens, 0-16 filler tokens, the same sequence again, filler. The loss is on the
 second copy's tokens after its first, which nothing but copying can predict; the score is
 greedy accuracy there on 256 fixed rows no step trains on. Variants are `name:key=value,...`
-fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...).
+fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), or
+`embed_std` (the token embedding's init alone; the peer's is N(0, 1)) and `smear=1` (each
+input embedding plus the previous token's).
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -57,10 +59,10 @@ def induction_rows(
 class PlainTransformer(nn.Module):
     """The peer: learned positions, `nn.TransformerEncoder` layers with a causal mask."""
 
-    def __init__(self, vocab: int, width: int, layers: int, heads: int) -> None:
+    def __init__(self, vocab: int, width: int, layers: int, heads: int, positions: bool) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
-        self.position = nn.Embedding(ROW, width)
+        self.position = nn.Embedding(ROW, width) if positions else None
         layer = nn.TransformerEncoderLayer(
             width, heads, 3 * width, dropout=0.0, batch_first=True, norm_first=True
         )
@@ -68,27 +70,65 @@ class PlainTransformer(nn.Module):
         self.head = nn.Linear(width, vocab)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids) + self.position(torch.arange(ids.shape[1]))
+        x = self.embed(ids)
+        if self.position is not None:
+            x = x + self.position(torch.arange(ids.shape[1]))
         causal = nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
         return self.head(self.layers(x, mask=causal, is_causal=True))
 
 
 def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
-    """`name:key=value,...` as (name, model); the name `plain` is the peer."""
+    """`name:key=value,...` as (name, model); the name `plain` is the peer (`plain-nopos`:
+    the peer without position embeddings, causal attention alone)."""
     name, _, fields = variant.partition(":")
-    if name == "plain":
+    if name in ("plain", "plain-nopos"):
         config = preset("tiny")
         return name, PlainTransformer(
-            vocab, config.hidden_size, config.num_hidden_layers, config.num_attention_heads
+            vocab,
+            config.hidden_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            positions=name == "plain",
         )
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
+    embed_std = None
+    smear = False
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
-        overrides[key] = float(value) if "." in value or "e-" in value else int(value)
+        if key == "embed_std":  # not a config field: the embedding's init alone
+            embed_std = float(value)
+            continue
+        if key == "smear":  # not a config field: each input also gets the previous token's
+            smear = True
+            continue
+        if value.lower() == "none":
+            overrides[key] = None
+        else:
+            overrides[key] = float(value) if "." in value or "e-" in value else int(value)
     model = ComposerModel(preset("tiny", **overrides))
     model.reset_parameters()
     model.init_buffers()
+    if embed_std is not None:
+        with torch.no_grad():
+            model.embed_tokens.weight.normal_(0.0, embed_std)
+    if smear:
+        model.embed_tokens = SmearedEmbedding(model.embed_tokens)
     return name, model
+
+
+class SmearedEmbedding(nn.Module):
+    """A token's embedding plus the previous token's (the packed stream's, so a row's first
+    token gets the last row's: 1 in 64 here): the previous-token signal an induction head
+    otherwise needs an attention head to fetch."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.weight = embedding.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(ids)
+        return x + torch.cat([torch.zeros_like(x[:1]), x[:-1]])
 
 
 def logits_of(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
