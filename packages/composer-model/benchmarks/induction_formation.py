@@ -13,8 +13,9 @@ Each row is 64 tokens: random filler, a random sequence of 8-24 tokens from an a
 second copy's tokens after its first, which nothing but copying can predict; the score is
 greedy accuracy there on 256 fixed rows no step trains on. Variants are `name:key=value,...`
 fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), or
-`embed_std` (the token embedding's init alone; the peer's is N(0, 1)) and `smear=1` (each
-input embedding plus the previous token's).
+`embed_std` (the token embedding's init alone; the peer's is N(0, 1)), `smear=1` (each
+input embedding plus the previous token's), `abspos=1` (learned positions added, as the
+peer's) and `layernorm=1` (every RMSNorm swapped for LayerNorm).
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -33,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from composer_model import ComposerModel, preset
+from composer_model.layers.norm import RMSNorm
 
 ROW = 64
 
@@ -92,7 +94,7 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         )
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
     embed_std = None
-    smear = False
+    smear = abspos = layernorm = False
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
         if key == "embed_std":  # not a config field: the embedding's init alone
@@ -100,6 +102,12 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             continue
         if key == "smear":  # not a config field: each input also gets the previous token's
             smear = True
+            continue
+        if key == "abspos":  # not a config field: learned positions added, as the peer's
+            abspos = True
+            continue
+        if key == "layernorm":  # not a config field: every RMSNorm swapped for LayerNorm
+            layernorm = True
             continue
         if value.lower() == "none":
             overrides[key] = None
@@ -113,7 +121,28 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             model.embed_tokens.weight.normal_(0.0, embed_std)
     if smear:
         model.embed_tokens = SmearedEmbedding(model.embed_tokens)
+    if abspos:
+        model.embed_tokens = PositionedEmbedding(model.embed_tokens)
+    if layernorm:
+        for parent in list(model.modules()):
+            for child_name, child in list(parent.named_children()):
+                if isinstance(child, RMSNorm):
+                    setattr(parent, child_name, nn.LayerNorm(child.weight.shape[0]))
     return name, model
+
+
+class PositionedEmbedding(nn.Module):
+    """A token's embedding plus a learned one of its position in its row (rows are `ROW`
+    long), as the peer has, beside our RoPE."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.weight = embedding.weight
+        self.position = nn.Embedding(ROW, embedding.weight.shape[1])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding(ids) + self.position(torch.arange(ids.shape[0]) % ROW)
 
 
 class SmearedEmbedding(nn.Module):
