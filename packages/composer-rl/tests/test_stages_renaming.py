@@ -105,6 +105,13 @@ def test_new_names_are_wide_words_never_a_task_or_validation_word() -> None:
     assert invented_identifier("_private_thing", rng, WIDE_WORDS).startswith("_")
 
 
+def test_a_soft_keyword_bound_as_a_name_keeps_its_statement() -> None:
+    """`match = ...` binds a name; renaming it would rename the `match` statement too."""
+    source = "match = 1\nmatch match:\n    case 1:\n        print('one')\n"
+    renamed = renamed_source(source, random.Random(0))
+    assert run(renamed) == run(source) == "one\n"
+
+
 def test_a_file_that_does_not_parse_is_left_as_it_is() -> None:
     broken = "def f(:\n    return 1\n"
     assert renamed_source(broken, random.Random(0)) == broken

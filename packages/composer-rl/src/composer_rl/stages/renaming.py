@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import keyword
 import random
 import re
 import tokenize
@@ -43,6 +44,7 @@ def _renamable(name: str) -> bool:
         and len(name.strip("_")) >= 2
         and name not in RESERVED_NAMES
         and name not in KEPT
+        and name not in keyword.softkwlist  # `match` bound as a name is still a statement
     )
 
 
