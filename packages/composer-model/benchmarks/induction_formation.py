@@ -15,7 +15,9 @@ greedy accuracy there on 256 fixed rows no step trains on. Variants are `name:ke
 fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), or
 `embed_std` (the token embedding's init alone; the peer's is N(0, 1)), `smear=1` (each
 input embedding plus the previous token's), `abspos=1` (learned positions added, as the
-peer's) and `layernorm=1` (every RMSNorm swapped for LayerNorm).
+peer's), `layernorm=1` (every RMSNorm swapped for LayerNorm), `mha=1` (plain per-head
+attention with RoPE for MLA; give `qk_rope_head_dim` = hidden / heads) and `gelu_mlp=1`
+(a plain MLP for each dense SwiGLU), `no_latent_norm=1` (MLA without its latent's RMSNorm).
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -35,6 +37,7 @@ from torch.nn import functional as F
 
 from composer_model import ComposerModel, preset
 from composer_model.layers.norm import RMSNorm
+from composer_model.layers.rope import apply_rope
 
 ROW = 64
 
@@ -94,7 +97,7 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         )
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
     embed_std = None
-    smear = abspos = layernorm = False
+    smear = abspos = layernorm = mha = gelu_mlp = no_latent_norm = False
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
         if key == "embed_std":  # not a config field: the embedding's init alone
@@ -109,11 +112,21 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         if key == "layernorm":  # not a config field: every RMSNorm swapped for LayerNorm
             layernorm = True
             continue
+        if key == "mha":  # not a config field: plain per-head attention (RoPE) for MLA
+            mha = True
+            continue
+        if key == "gelu_mlp":  # not a config field: a plain MLP for each dense SwiGLU
+            gelu_mlp = True
+            continue
+        if key == "no_latent_norm":  # not a config field: MLA without its latent's RMSNorm
+            no_latent_norm = True
+            continue
         if value.lower() == "none":
             overrides[key] = None
         else:
             overrides[key] = float(value) if "." in value or "e-" in value else int(value)
-    model = ComposerModel(preset("tiny", **overrides))
+    config = preset("tiny", **overrides)
+    model = ComposerModel(config)
     model.reset_parameters()
     model.init_buffers()
     if embed_std is not None:
@@ -128,7 +141,40 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             for child_name, child in list(parent.named_children()):
                 if isinstance(child, RMSNorm):
                     setattr(parent, child_name, nn.LayerNorm(child.weight.shape[0]))
+    for layer in model.decoder_layers:
+        if no_latent_norm:
+            layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
+        if mha:
+            layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
+        if gelu_mlp and not layer.is_moe:
+            width = config.hidden_size
+            layer.mlp = nn.Sequential(  # type: ignore[assignment]
+                nn.Linear(width, 3 * width), nn.GELU(), nn.Linear(3 * width, width)
+            )
     return name, model
+
+
+class RopeAttention(nn.Module):
+    """Plain multi-head attention with RoPE on every query and key dimension, in MLA's place
+    (rows are `ROW` long; `qk_rope_head_dim` must equal hidden / heads)."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_seqlens: torch.Tensor
+    ) -> torch.Tensor:
+        tokens, width = x.shape
+        head = width // self.heads
+        q, k, v = self.qkv(x).view(tokens, 3, self.heads, head).unbind(1)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        rows = tokens // ROW
+        q, k, v = (t.reshape(rows, ROW, self.heads, head).transpose(1, 2) for t in (q, k, v))
+        mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(mixed.transpose(1, 2).reshape(tokens, width))
 
 
 class PositionedEmbedding(nn.Module):
