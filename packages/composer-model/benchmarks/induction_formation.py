@@ -17,7 +17,8 @@ fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), o
 input embedding plus the previous token's), `abspos=1` (learned positions added, as the
 peer's), `layernorm=1` (every RMSNorm swapped for LayerNorm), `mha=1` (plain per-head
 attention with RoPE for MLA; give `qk_rope_head_dim` = hidden / heads) and `gelu_mlp=1`
-(a plain MLP for each dense SwiGLU), `no_latent_norm=1` (MLA without its latent's RMSNorm).
+(a plain MLP for each dense SwiGLU), `no_latent_norm=1` (MLA without its latent's RMSNorm), `head_rope=1` (MLA with a
+rope key per head).
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -35,7 +36,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from composer_model import ComposerModel, preset
+from composer_kernels import attention
+from composer_model import ComposerModel, ModelConfig, preset
+from composer_model.layers.attention import MultiHeadLatentAttention
 from composer_model.layers.norm import RMSNorm
 from composer_model.layers.rope import apply_rope
 
@@ -97,7 +100,7 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         )
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
     embed_std = None
-    smear = abspos = layernorm = mha = gelu_mlp = no_latent_norm = False
+    smear = abspos = layernorm = mha = gelu_mlp = no_latent_norm = head_rope = False
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
         if key == "embed_std":  # not a config field: the embedding's init alone
@@ -120,6 +123,9 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             continue
         if key == "no_latent_norm":  # not a config field: MLA without its latent's RMSNorm
             no_latent_norm = True
+            continue
+        if key == "head_rope":  # not a config field: MLA with a rope key per head
+            head_rope = True
             continue
         if value.lower() == "none":
             overrides[key] = None
@@ -146,12 +152,50 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
         if mha:
             layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
+        if head_rope:
+            layer.self_attn = HeadRopeLatentAttention(config, layer.layer_idx)
         if gelu_mlp and not layer.is_moe:
             width = config.hidden_size
             layer.mlp = nn.Sequential(  # type: ignore[assignment]
                 nn.Linear(width, 3 * width), nn.GELU(), nn.Linear(3 * width, width)
             )
     return name, model
+
+
+class HeadRopeLatentAttention(MultiHeadLatentAttention):
+    """MLA with a rope key of its own for every head, in place of the one they share."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.kv_a_proj_with_mqa = nn.Linear(
+            config.hidden_size, self.kv_rank + self.num_heads * self.rope_dim, bias=False
+        )
+        with torch.no_grad():
+            for param in self.parameters():
+                if param.dim() > 1:
+                    param.normal_(0.0, config.initializer_range)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_seqlens: torch.Tensor
+    ) -> torch.Tensor:
+        tokens = x.shape[0]
+        q_nope, q_rope = self._queries(x, cos, sin)
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
+            [self.kv_rank, self.num_heads * self.rope_dim], dim=-1
+        )
+        k_rope = apply_rope(k_rope.view(tokens, self.num_heads, self.rope_dim), cos, sin)
+        kv = self.kv_b_proj(self.kv_a_layernorm(c_kv))
+        k_nope, v = kv.view(tokens, self.num_heads, -1).split([self.nope_dim, self.v_dim], -1)
+        out = attention(
+            torch.cat([q_nope, q_rope], -1),
+            torch.cat([k_nope, k_rope], -1),
+            v,
+            cu_seqlens=cu_seqlens,
+            causal=True,
+            softmax_scale=self.scale,
+        )
+        assert isinstance(out, torch.Tensor)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.v_dim))
 
 
 class RopeAttention(nn.Module):
