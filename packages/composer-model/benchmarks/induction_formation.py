@@ -18,7 +18,7 @@ input embedding plus the previous token's), `abspos=1` (learned positions added,
 peer's), `layernorm=1` (every RMSNorm swapped for LayerNorm), `mha=1` (plain per-head
 attention with RoPE for MLA; give `qk_rope_head_dim` = hidden / heads) and `gelu_mlp=1`
 (a plain MLP for each dense SwiGLU), `no_latent_norm=1` (MLA without its latent's RMSNorm), `head_rope=1` (MLA with a
-rope key per head).
+rope key per head), `mha_std` (`mha`'s weights N(0, std), biases zero).
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -101,6 +101,7 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
     embed_std = None
     smear = abspos = layernorm = mha = gelu_mlp = no_latent_norm = head_rope = False
+    mha_std = None
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
         if key == "embed_std":  # not a config field: the embedding's init alone
@@ -127,6 +128,9 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         if key == "head_rope":  # not a config field: MLA with a rope key per head
             head_rope = True
             continue
+        if key == "mha_std":  # not a config field: `mha`'s weights N(0, std), biases zero
+            mha_std = float(value)
+            continue
         if value.lower() == "none":
             overrides[key] = None
         else:
@@ -152,6 +156,10 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
         if mha:
             layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
+            if mha_std is not None:
+                with torch.no_grad():
+                    for param in layer.self_attn.parameters():
+                        _ = param.normal_(0.0, mha_std) if param.dim() > 1 else param.zero_()
         if head_rope:
             layer.self_attn = HeadRopeLatentAttention(config, layer.layer_idx)
         if gelu_mlp and not layer.is_moe:
