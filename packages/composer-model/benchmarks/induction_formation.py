@@ -12,13 +12,8 @@ Each row is 64 tokens: random filler, a random sequence of 8-24 tokens from an a
 `--alphabet` tokens, 0-16 filler tokens, the same sequence again, filler. The loss is on the
 second copy's tokens after its first, which nothing but copying can predict; the score is
 greedy accuracy there on 256 fixed rows no step trains on. Variants are `name:key=value,...`
-fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), or
-`embed_std` (the token embedding's init alone; the peer's is N(0, 1)), `smear=1` (each
-input embedding plus the previous token's), `abspos=1` (learned positions added, as the
-peer's), `layernorm=1` (every RMSNorm swapped for LayerNorm), `mha=1` (plain per-head
-attention with RoPE for MLA; give `qk_rope_head_dim` = hidden / heads) and `gelu_mlp=1`
-(a plain MLP for each dense SwiGLU), `no_latent_norm=1` (MLA without its latent's RMSNorm), `head_rope=1` (MLA with a
-rope key per head), `mha_std` (`mha`'s weights N(0, std), biases zero).
+fields of the `tiny` preset (`initializer_range`, `num_attention_heads`, ...), or of
+`SWAPS`, which replace a part of the built model.
 
     uv run python packages/composer-model/benchmarks/induction_formation.py \
         --variant base: --variant init088:initializer_range=0.088 --steps 2000
@@ -43,6 +38,19 @@ from composer_model.layers.norm import RMSNorm
 from composer_model.layers.rope import apply_rope
 
 ROW = 64
+
+SWAPS = {
+    "embed_std": "the token embedding's init alone, N(0, value) (the peer's is N(0, 1))",
+    "smear": "each input embedding plus the previous token's",
+    "abspos": "learned positions added, as the peer's",
+    "layernorm": "every RMSNorm swapped for LayerNorm",
+    "mha": "plain per-head attention with RoPE for MLA (give qk_rope_head_dim = hidden / heads)",
+    "mha_std": "with mha, its weights N(0, value) and biases zero",
+    "gelu_mlp": "a plain MLP for each dense SwiGLU",
+    "no_latent_norm": "MLA without its latent's RMSNorm",
+    "head_rope": "MLA with a rope key per head",
+}
+"""Variant fields that are not config fields: what each swaps in the built model."""
 
 
 def induction_rows(
@@ -99,39 +107,12 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             positions=name == "plain",
         )
     overrides: dict[str, object] = {"vocab_size": vocab, "num_nextn_predict_layers": 0}
-    embed_std = None
-    smear = abspos = layernorm = mha = gelu_mlp = no_latent_norm = head_rope = False
-    mha_std = None
+    swaps: dict[str, str] = {}  # the fields that are not config fields (`SWAPS`)
     for field in filter(None, fields.split(",")):
         key, _, value = field.partition("=")
-        if key == "embed_std":  # not a config field: the embedding's init alone
-            embed_std = float(value)
-            continue
-        if key == "smear":  # not a config field: each input also gets the previous token's
-            smear = True
-            continue
-        if key == "abspos":  # not a config field: learned positions added, as the peer's
-            abspos = True
-            continue
-        if key == "layernorm":  # not a config field: every RMSNorm swapped for LayerNorm
-            layernorm = True
-            continue
-        if key == "mha":  # not a config field: plain per-head attention (RoPE) for MLA
-            mha = True
-            continue
-        if key == "gelu_mlp":  # not a config field: a plain MLP for each dense SwiGLU
-            gelu_mlp = True
-            continue
-        if key == "no_latent_norm":  # not a config field: MLA without its latent's RMSNorm
-            no_latent_norm = True
-            continue
-        if key == "head_rope":  # not a config field: MLA with a rope key per head
-            head_rope = True
-            continue
-        if key == "mha_std":  # not a config field: `mha`'s weights N(0, std), biases zero
-            mha_std = float(value)
-            continue
-        if value.lower() == "none":
+        if key in SWAPS:
+            swaps[key] = value
+        elif value.lower() == "none":
             overrides[key] = None
         else:
             overrides[key] = float(value) if "." in value or "e-" in value else int(value)
@@ -139,30 +120,31 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
     model = ComposerModel(config)
     model.reset_parameters()
     model.init_buffers()
-    if embed_std is not None:
+    if "embed_std" in swaps:
         with torch.no_grad():
-            model.embed_tokens.weight.normal_(0.0, embed_std)
-    if smear:
+            model.embed_tokens.weight.normal_(0.0, float(swaps["embed_std"]))
+    if "smear" in swaps:
         model.embed_tokens = SmearedEmbedding(model.embed_tokens)
-    if abspos:
+    if "abspos" in swaps:
         model.embed_tokens = PositionedEmbedding(model.embed_tokens)
-    if layernorm:
+    if "layernorm" in swaps:
         for parent in list(model.modules()):
             for child_name, child in list(parent.named_children()):
                 if isinstance(child, RMSNorm):
                     setattr(parent, child_name, nn.LayerNorm(child.weight.shape[0]))
     for layer in model.decoder_layers:
-        if no_latent_norm:
+        if "no_latent_norm" in swaps:
             layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
-        if mha:
+        if "mha" in swaps:
             layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
-            if mha_std is not None:
+            if "mha_std" in swaps:
                 with torch.no_grad():
                     for param in layer.self_attn.parameters():
-                        _ = param.normal_(0.0, mha_std) if param.dim() > 1 else param.zero_()
-        if head_rope:
+                        std = float(swaps["mha_std"])
+                        _ = param.normal_(0.0, std) if param.dim() > 1 else param.zero_()
+        if "head_rope" in swaps:
             layer.self_attn = HeadRopeLatentAttention(config, layer.layer_idx)
-        if gelu_mlp and not layer.is_moe:
+        if "gelu_mlp" in swaps and not layer.is_moe:
             width = config.hidden_size
             layer.mlp = nn.Sequential(  # type: ignore[assignment]
                 nn.Linear(width, 3 * width), nn.GELU(), nn.Linear(3 * width, width)
