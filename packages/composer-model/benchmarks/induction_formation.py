@@ -45,7 +45,7 @@ SWAPS = {
     "abspos": "learned positions added, as the peer's",
     "layernorm": "every RMSNorm swapped for LayerNorm",
     "mha": "plain per-head attention with RoPE for MLA (give qk_rope_head_dim = hidden / heads)",
-    "mha_std": "with mha, its weights N(0, value) and biases zero",
+    "attn_std": "the attention's matrices alone N(0, value), its biases zero (norms kept)",
     "gelu_mlp": "a plain MLP for each dense SwiGLU",
     "no_latent_norm": "MLA without its latent's RMSNorm",
     "head_rope": "MLA with a rope key per head",
@@ -137,13 +137,15 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
             layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
         if "mha" in swaps:
             layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
-            if "mha_std" in swaps:
-                with torch.no_grad():
-                    for param in layer.self_attn.parameters():
-                        std = float(swaps["mha_std"])
-                        _ = param.normal_(0.0, std) if param.dim() > 1 else param.zero_()
         if "head_rope" in swaps:
             layer.self_attn = HeadRopeLatentAttention(config, layer.layer_idx)
+        if "attn_std" in swaps:
+            with torch.no_grad():
+                for param_name, param in layer.self_attn.named_parameters():
+                    if param_name.endswith("bias"):
+                        param.zero_()
+                    elif param.dim() > 1:
+                        param.normal_(0.0, float(swaps["attn_std"]))
         if "gelu_mlp" in swaps and not layer.is_moe:
             width = config.hidden_size
             layer.mlp = nn.Sequential(  # type: ignore[assignment]

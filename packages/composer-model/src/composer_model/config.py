@@ -13,6 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+MHA_MODEL_TYPE = "composer_mha"
+"""config.json's model_type for `attention="mha"`: Composer reads it, transformers refuses it."""
+
+
 class YarnScaling(BaseModel):
     """YaRN rope scaling, as DeepSeek-V3 writes it under `rope_scaling`."""
 
@@ -76,6 +80,20 @@ class ModelConfig(BaseModel):
     mtp_loss_weight: float = Field(default=0.3, ge=0)
     mtp_target: Literal["next_next", "self_distill"] = "self_distill"
     bias_update_rate: float = Field(default=1e-3, ge=0)
+    attention: Literal["mla", "mha"] = Field(
+        default="mla",
+        description="'mla': multi-head latent attention (DeepSeek-V3, Kimi K2); 'mha': plain "
+        "per-head attention with RoPE over the whole key (qk_rope_head_dim wide; kv_lora_rank, "
+        "q_lora_rank and qk_nope_head_dim unused), an option for small models, which form an "
+        "induction circuit with it and not with MLA (docs/model/2026-12-06-induction-formation.md).",
+    )
+    attention_initializer_range: float | None = Field(
+        default=None,
+        gt=0,
+        description="Std of the attention's matrices at init (None: initializer_range). The "
+        "tiny 'mha' model forms its induction circuit at 0.051 (nn.Linear's scale at width 128) "
+        "and not at 0.02.",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelConfig:
@@ -113,6 +131,13 @@ class ModelConfig(BaseModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     @property
+    def cache_width(self) -> int:
+        """Numbers an inference cache keeps per token per layer."""
+        if self.attention == "mha":
+            return self.num_attention_heads * (self.qk_rope_head_dim + self.v_head_dim)
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
     def num_moe_layers(self) -> int:
         return self.num_hidden_layers - self.first_k_dense_replace
 
@@ -129,10 +154,15 @@ class ModelConfig(BaseModel):
             "mtp_loss_weight",
             "mtp_target",
             "bias_update_rate",
+            "attention",
+            "attention_initializer_range",
         }
         data = self.model_dump(exclude=own)
         data["architectures"] = ["DeepseekV3ForCausalLM"]
         data["model_type"] = "deepseek_v3"
+        if self.attention == "mha":  # not DeepSeek-V3's shape: transformers must not load it
+            data["architectures"] = ["ComposerMHAForCausalLM"]
+            data["model_type"] = MHA_MODEL_TYPE
         data["rope_interleave"] = True
         data["composer"] = self.model_dump(include=own)
         return data
@@ -142,7 +172,7 @@ class ModelConfig(BaseModel):
         """Read a DeepSeek-V3 / Kimi K2 config.json (older `rope_scaling` or newer `rope_parameters`)."""
         data = dict(data)
         model_type = data.get("model_type", "deepseek_v3")
-        if model_type not in {"deepseek_v3", "kimi_k2"}:
+        if model_type not in {"deepseek_v3", "kimi_k2", MHA_MODEL_TYPE}:
             raise ValueError(
                 f"config.json has model_type={model_type!r}; Composer reads DeepSeek-V3-format "
                 "checkpoints (model_type 'deepseek_v3' or 'kimi_k2')"
@@ -168,6 +198,10 @@ class ModelConfig(BaseModel):
         known = set(cls.model_fields)
         fields = {k: v for k, v in data.items() if k in known}
         fields.update(own)
+        if model_type == MHA_MODEL_TYPE and fields.get("attention") != "mha":
+            raise ValueError(
+                f"config.json has model_type={MHA_MODEL_TYPE!r} without attention='mha'"
+            )
         if fields.get("n_group") is None:
             fields["n_group"] = 1
         if fields.get("topk_group") is None:

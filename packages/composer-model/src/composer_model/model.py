@@ -80,13 +80,19 @@ class ComposerModel(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Normal(0, initializer_range) for matrices, ones for norms, zero balancing bias."""
+        """Normal(0, initializer_range) for matrices (the attention's: attention_initializer_range
+        where set), ones for norms, zero for biases and the balancing bias."""
         std = self.config.initializer_range
+        attention_std = self.config.attention_initializer_range or std
         for name, param in self.named_parameters():
-            if name.endswith("norm.weight") or param.dim() == 1:
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.zero_()
+            elif param.dim() == 1:
                 param.fill_(1.0)
             else:
-                param.normal_(0.0, std)
+                param.normal_(0.0, attention_std if ".self_attn." in name else std)
         for module in self.modules():
             if isinstance(module, MoE):
                 module.gate.e_score_correction_bias.zero_()

@@ -437,6 +437,12 @@ def apply_context_parallel(
 
     `context` (a handle over the same group) makes `model` share it: a second model, such
     as RL's frozen reference, then runs on the same shard inside the same `running()`."""
+    config = getattr(model, "config", None)
+    if getattr(config, "attention", "mla") != "mla":
+        raise ValueError(
+            "context parallelism shards MLA's latents; this model has attention="
+            f"{config.attention!r} (set attention='mla' or context_parallel = 1)"
+        )
     if context is None:
         context = ContextParallel(group, mode)
     elif context.group is not group:

@@ -130,7 +130,7 @@ class InferenceEngine:
             )
         param = next(model.parameters())
         self.device = param.device
-        width = self.config.kv_lora_rank + self.config.qk_rope_head_dim
+        width = self.config.cache_width
         self.cache = LatentKVCache(
             self.config.num_hidden_layers,
             width,

@@ -1,4 +1,5 @@
-"""One pre-norm decoder layer: MLA, then a dense SwiGLU or an MoE feed-forward."""
+"""One pre-norm decoder layer: attention (MLA, or `RotaryAttention` for small models), then a
+dense SwiGLU or an MoE feed-forward."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from composer_model.layers.attention import LatentCache, MultiHeadLatentAttentio
 from composer_model.layers.mlp import SwiGLU
 from composer_model.layers.moe import MoE, Routing
 from composer_model.layers.norm import RMSNorm
+from composer_model.layers.rotary_attention import RotaryAttention
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.self_attn = MultiHeadLatentAttention(config, layer_idx)
+        self.self_attn: MultiHeadLatentAttention | RotaryAttention = (
+            RotaryAttention(config, layer_idx)
+            if config.attention == "mha"
+            else MultiHeadLatentAttention(config, layer_idx)
+        )
         self.mlp: SwiGLU | MoE = (
             MoE(config)
             if config.is_moe_layer(layer_idx)

@@ -392,10 +392,10 @@ class Stage1Config(CommandConfig):
         default=Path("runs/stage1"), description="where every phase writes its directory"
     )
     preset: str = Field(default="tiny", description="model preset (composer_model.PRESETS)")
-    model_overrides: dict[str, int] = Field(
+    model_overrides: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
         description="fields of the preset's model configuration replaced, as a table "
-        "(kv_lora_rank = 128): the pretrain phase builds its model from them, and every "
+        '(kv_lora_rank = 128, attention = "mha"): the pretrain phase builds its model from them, and every '
         "later phase reads the shape from the checkpoint it starts from",
     )
     threads: int | None = Field(
