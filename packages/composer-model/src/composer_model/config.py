@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-
 MHA_MODEL_TYPE = "composer_mha"
 """config.json's model_type for `attention="mha"`: Composer reads it, transformers refuses it."""
 
