@@ -44,7 +44,7 @@ SWAPS = {
     "smear": "each input embedding plus the previous token's",
     "abspos": "learned positions added, as the peer's",
     "layernorm": "every RMSNorm swapped for LayerNorm",
-    "mha": "plain per-head attention with RoPE for MLA (give qk_rope_head_dim = hidden / heads)",
+    "linear_init": "the attention's layers at nn.Linear's own init (uniform, 1/sqrt(fan_in))",
     "attn_std": "the attention's matrices alone N(0, value), its biases zero (norms kept)",
     "gelu_mlp": "a plain MLP for each dense SwiGLU",
     "no_latent_norm": "MLA without its latent's RMSNorm",
@@ -115,7 +115,7 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
         elif value.lower() == "none":
             overrides[key] = None
         else:
-            overrides[key] = float(value) if "." in value or "e-" in value else int(value)
+            overrides[key] = _number_or_text(value)
     config = preset("tiny", **overrides)
     model = ComposerModel(config)
     model.reset_parameters()
@@ -135,8 +135,10 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
     for layer in model.decoder_layers:
         if "no_latent_norm" in swaps:
             layer.self_attn.kv_a_layernorm = nn.Identity()  # type: ignore[assignment]
-        if "mha" in swaps:
-            layer.self_attn = RopeAttention(config.hidden_size, config.num_attention_heads)
+        if "linear_init" in swaps:
+            for module in layer.self_attn.modules():
+                if isinstance(module, nn.Linear):
+                    module.reset_parameters()
         if "head_rope" in swaps:
             layer.self_attn = HeadRopeLatentAttention(config, layer.layer_idx)
         if "attn_std" in swaps:
@@ -152,6 +154,16 @@ def build(variant: str, vocab: int) -> tuple[str, nn.Module]:
                 nn.Linear(width, 3 * width), nn.GELU(), nn.Linear(3 * width, width)
             )
     return name, model
+
+
+def _number_or_text(value: str) -> int | float | str:
+    """A variant field's value as the config field wants it: 3, 0.051, 1e-3 or mha."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 class HeadRopeLatentAttention(MultiHeadLatentAttention):
@@ -188,29 +200,6 @@ class HeadRopeLatentAttention(MultiHeadLatentAttention):
         )
         assert isinstance(out, torch.Tensor)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.v_dim))
-
-
-class RopeAttention(nn.Module):
-    """Plain multi-head attention with RoPE on every query and key dimension, in MLA's place
-    (rows are `ROW` long; `qk_rope_head_dim` must equal hidden / heads)."""
-
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.out = nn.Linear(width, width)
-
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cu_seqlens: torch.Tensor
-    ) -> torch.Tensor:
-        tokens, width = x.shape
-        head = width // self.heads
-        q, k, v = self.qkv(x).view(tokens, 3, self.heads, head).unbind(1)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        rows = tokens // ROW
-        q, k, v = (t.reshape(rows, ROW, self.heads, head).transpose(1, 2) for t in (q, k, v))
-        mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(mixed.transpose(1, 2).reshape(tokens, width))
 
 
 class PositionedEmbedding(nn.Module):

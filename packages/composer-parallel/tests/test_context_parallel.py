@@ -130,3 +130,13 @@ def test_bad_layout_inputs_are_refused() -> None:
         head_tail_spans([1, 4], 2)
     with pytest.raises(ValueError, match="outside"):
         ContextShard.build([0, 4], cp=2, rank=2)
+
+
+def test_a_model_without_mla_is_refused_not_left_unsharded() -> None:
+    """Context parallelism swaps MLA modules; a model of plain attention (`attention="mha"`)
+    has none, and would otherwise run every rank on its shard alone, unseen by the others."""
+    from composer_model import ComposerModel
+
+    model = ComposerModel(preset("tiny", attention="mha", qk_rope_head_dim=32))
+    with pytest.raises(ValueError, match="attention='mla', or cp = 1"):
+        apply_context_parallel(model, None)  # type: ignore[arg-type]

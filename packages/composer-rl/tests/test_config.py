@@ -421,11 +421,22 @@ def test_model_overrides_shape_the_pretrained_model_and_a_bad_one_is_one_line(
     run_pretrain(Stage1Config.model_validate(config), show_progress=False)
     exported = json.loads((tmp_path / "run" / "pretrain" / "final" / "config.json").read_text())
     assert exported["kv_lora_rank"] == 48 and exported["qk_nope_head_dim"] == 24
+    # Values of every kind a TOML table holds: the plain attention of small models.
+    mha = {"attention": "mha", "attention_bias": True, "attention_initializer_range": 0.05}
+    config = {**config, "run_dir": str(tmp_path / "mha"), "model_overrides": mha}
+    run_pretrain(Stage1Config.model_validate(config), show_progress=False)
+    exported = json.loads((tmp_path / "mha" / "pretrain" / "final" / "config.json").read_text())
+    assert exported["model_type"] == "composer_mha" and exported["attention_bias"] is True
+    assert exported["composer"]["attention_initializer_range"] == 0.05
     for overrides, said in (
         ({"kv_lora_rankk": 48}, "kv_lora_rankk"),
         ({"kv_lora_rank": 0}, "greater than 0"),
+        ({"attention": "gqa"}, "attention"),
+        ({"attention": "mha", "parallel": {"cp": 2}}, "parallel.cp"),
     ):
+        parallel = overrides.pop("parallel", {})
         bad = {**config, "run_dir": str(tmp_path / "bad"), "model_overrides": overrides}
+        bad["parallel"] = parallel
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(bad))
         assert main(["stage1", "--config", str(path)]) == 2

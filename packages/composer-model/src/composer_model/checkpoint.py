@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from composer_model.config import ModelConfig
-from composer_model.model import ComposerModel
+from composer_model.model import ComposerModel, initialise
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -224,8 +224,8 @@ def _initialise_absent_mtp(
 
     transformers' `DeepseekV3ForCausalLM.save_pretrained` keeps `num_nextn_predict_layers` in
     config.json but writes no MTP weights, and the report trains the MTP heads by
-    self-distillation anyway, so an absent module is initialised (normal(0, initializer_range)
-    matrices, unit norms, zero balancing bias) and said in one log line. A module that is only
+    self-distillation anyway, so an absent module is initialised as a fresh model's
+    (`initialise`) and said in one log line. A module that is only
     partly present is a damaged checkpoint and is left for the caller to refuse.
     """
     absent = [
@@ -236,22 +236,14 @@ def _initialise_absent_mtp(
     if not absent:
         return
     generator = torch.Generator().manual_seed(0)
-    std = config.initializer_range
     reference = state.get("embed_tokens.weight")
     dtype = reference.dtype if reference is not None else torch.float32
     for key, meta in expected.items():
         if not any(key.startswith(f"mtp.{depth}.") for depth in absent):
             continue
-        if key.endswith("e_score_correction_bias"):
-            state[key] = torch.zeros(meta.shape, dtype=torch.float32)
-        elif meta.dim() == 1:
-            state[key] = torch.ones(meta.shape, dtype=dtype)
-        else:
-            state[key] = (
-                torch.empty(meta.shape, dtype=torch.float32)
-                .normal_(0.0, std, generator=generator)
-                .to(dtype)
-            )
+        fresh = torch.empty(meta.shape, dtype=torch.float32)
+        initialise(key, fresh, config, generator)
+        state[key] = fresh if key.endswith("e_score_correction_bias") else fresh.to(dtype)
     logger.warning(
         "%s has no weights for MTP module(s) %s although config.json sets "
         "num_nextn_predict_layers=%d (transformers saves none); initialised them fresh: train "

@@ -23,6 +23,28 @@ from composer_model.layers.rope import RotaryEmbedding, rope_frequencies
 from composer_model.mtp import MTPModule
 
 
+def initialise(
+    name: str,
+    tensor: torch.Tensor,
+    config: ModelConfig,
+    generator: torch.Generator | None = None,
+) -> None:
+    """One parameter's initial value, in place, by its name: ones for norms, zeros for
+    biases and the balancing bias, normal(0, initializer_range) for matrices (the
+    attention's: attention_initializer_range where set). A fresh model and an MTP module a
+    checkpoint lacks start the same way."""
+    with torch.no_grad():
+        if name.endswith(("e_score_correction_bias", ".bias")):
+            tensor.zero_()
+        elif tensor.dim() == 1:  # norm weights
+            tensor.fill_(1.0)
+        else:
+            std = config.initializer_range
+            if ".self_attn." in name and config.attention_initializer_range is not None:
+                std = config.attention_initializer_range
+            tensor.normal_(0.0, std, generator=generator)
+
+
 @dataclass
 class ModelOutput:
     """What a forward returns. Token axes follow the input: [B, T, ...] (or [1, T, ...] packed)."""
@@ -80,19 +102,9 @@ class ComposerModel(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Normal(0, initializer_range) for matrices (the attention's: attention_initializer_range
-        where set), ones for norms, zero for biases and the balancing bias."""
-        std = self.config.initializer_range
-        attention_std = self.config.attention_initializer_range or std
+        """Every parameter as `initialise` sets it; zero balancing bias."""
         for name, param in self.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith(".bias"):
-                param.zero_()
-            elif param.dim() == 1:
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, attention_std if ".self_attn." in name else std)
+            initialise(name, param, self.config)
         for module in self.modules():
             if isinstance(module, MoE):
                 module.gate.e_score_correction_bias.zero_()

@@ -437,11 +437,11 @@ def apply_context_parallel(
 
     `context` (a handle over the same group) makes `model` share it: a second model, such
     as RL's frozen reference, then runs on the same shard inside the same `running()`."""
-    config = getattr(model, "config", None)
-    if getattr(config, "attention", "mla") != "mla":
+    kind = getattr(getattr(model, "config", None), "attention", "mla")
+    if kind != "mla":
         raise ValueError(
-            "context parallelism shards MLA's latents; this model has attention="
-            f"{config.attention!r} (set attention='mla' or context_parallel = 1)"
+            f"context parallelism shards MLA's latents; this model has attention={kind!r} "
+            "(use attention='mla', or cp = 1)"
         )
     if context is None:
         context = ContextParallel(group, mode)

@@ -58,6 +58,14 @@ def latent_attention_mask(
     return past_ok[:, None, :] | new_ok
 
 
+def cached_attention_probs(scores: torch.Tensor, scale: float, mask: torch.Tensor) -> torch.Tensor:
+    """Attention weights [B, H, n, P + n] from raw scores, in float32 at least; `mask` is the
+    cache's [B, n, P + n]. A padded query row, which sees nothing, gets zeros, not NaN."""
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
 class MultiHeadLatentAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -149,10 +157,8 @@ class MultiHeadLatentAttention(nn.Module):
         scores = torch.einsum("bnhr,blr->bhnl", q_latent, c_kv) + torch.einsum(
             "bnhd,bld->bhnl", q_rope, k_rope
         )
-        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale
-        mask = cache.mask(past.shape[1], n)  # [B, n, P + n]
-        scores = scores.masked_fill(~mask[:, None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(c_kv.dtype)
+        probs = cached_attention_probs(scores, self.scale, cache.mask(past.shape[1], n))
+        probs = probs.to(c_kv.dtype)
         out_latent = torch.einsum("bhnl,blr->bnhr", probs, c_kv)
         out = torch.einsum("bnhr,hvr->bnhv", out_latent, w_uv)
         return self.o_proj(out.reshape(batch, n, self.num_heads * self.v_dim))

@@ -17,7 +17,7 @@ from torch import nn
 
 from composer_kernels import attention
 from composer_model.config import ModelConfig
-from composer_model.layers.attention import LatentCache
+from composer_model.layers.attention import LatentCache, cached_attention_probs
 from composer_model.layers.rope import apply_rope, softmax_scale
 
 
@@ -76,9 +76,7 @@ class RotaryAttention(nn.Module):
         keys = torch.cat([past_k.unflatten(-1, k.shape[-2:]), k], dim=1)  # [B, P + n, H, d]
         values = torch.cat([past_v.unflatten(-1, v.shape[-2:]), v], dim=1)
         scores = torch.einsum("bnhd,blhd->bhnl", q, keys)
-        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale
-        mask = cache.mask(past.shape[1], n)  # [B, n, P + n]
-        scores = scores.masked_fill(~mask[:, None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(values.dtype)
+        probs = cached_attention_probs(scores, self.scale, cache.mask(past.shape[1], n))
+        probs = probs.to(values.dtype)
         out = torch.einsum("bhnl,blhv->bnhv", probs, values)
         return self.o_proj(out.reshape(batch, n, self.num_heads * self.v_dim))

@@ -542,6 +542,11 @@ class Stage1Config(CommandConfig):
                     f"model_overrides do not make a {self.preset} model ({problem}); give "
                     "fields of composer_model.ModelConfig with values it accepts"
                 ) from None
+        if self.model_overrides.get("attention") == "mha" and self.parallel.cp > 1:
+            raise ValueError(
+                "parallel.cp > 1 shards MLA's latents and model_overrides.attention is 'mha': "
+                "set parallel.cp = 1 or drop the override"
+            )
         return self
 
     @model_validator(mode="after")
