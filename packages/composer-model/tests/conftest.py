@@ -45,6 +45,10 @@ def micro_config(**overrides: object) -> ModelConfig:
     return ModelConfig.model_validate(base)
 
 
+MHA = {"attention": "mha", "qk_rope_head_dim": 8, "v_head_dim": 12}
+"""micro_config's overrides for plain attention (`layers/rotary_attention.py`) in its MLA's place."""
+
+
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     torch.manual_seed(0)

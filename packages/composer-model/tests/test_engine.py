@@ -6,14 +6,14 @@ import re
 
 import pytest
 import torch
-from conftest import micro_config
+from conftest import MHA, micro_config
 
 from composer_model import ComposerModel, InferenceEngine, SamplingParams
 from composer_model.engine import sampling_logprobs
 
 
-def _model(dtype: torch.dtype = torch.float64) -> ComposerModel:
-    model = ComposerModel(micro_config()).to(dtype).eval()
+def _model(dtype: torch.dtype = torch.float64, **overrides: object) -> ComposerModel:
+    model = ComposerModel(micro_config(**overrides)).to(dtype).eval()
     with torch.no_grad():
         for layer in model.moe_layers:
             layer.gate.weight.normal_(0, 0.3)
@@ -39,8 +39,9 @@ def test_batched_equals_one_at_a_time() -> None:
         assert got.logprobs == pytest.approx(alone.logprobs, abs=1e-9)
 
 
-def test_cached_decode_equals_full_recompute() -> None:
-    model = _model()
+@pytest.mark.parametrize("overrides", [{}, MHA], ids=["mla", "mha"])
+def test_cached_decode_equals_full_recompute(overrides: dict[str, object]) -> None:
+    model = _model(**overrides)
     params = SamplingParams(temperature=0.0, max_new_tokens=12, stop_token_ids=[])
     result = InferenceEngine(model).generate([PROMPTS[0]], params)[0]
     tokens = list(PROMPTS[0])

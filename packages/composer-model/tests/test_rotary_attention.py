@@ -1,5 +1,6 @@
-"""`attention="mha"`: parity with transformers' Llama attention, the cached path against the
-full forward, document isolation, its init, and a config.json transformers will not misread."""
+"""`attention="mha"`: parity with transformers' Llama attention, the engine's logprobs against
+the training forward (test_engine.py checks greedy decoding against it too), document
+isolation, its init, and a config.json transformers will not misread."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import micro_config
+from conftest import MHA, micro_config
 
 from composer_model import (
     ComposerModel,
@@ -23,8 +24,7 @@ from composer_model.layers.rotary_attention import RotaryAttention
 
 
 def mha_config(**overrides: object) -> ModelConfig:
-    fields: dict[str, object] = {"attention": "mha", "qk_rope_head_dim": 8, "v_head_dim": 12}
-    return micro_config(**(fields | overrides))
+    return micro_config(**(MHA | overrides))
 
 
 def _model(dtype: torch.dtype = torch.float64) -> ComposerModel:
@@ -74,19 +74,6 @@ def test_layer_matches_transformers_llama_attention() -> None:
     want, _ = theirs(x, (hf_cos, hf_sin), attention_mask=causal)
     # Both compute cos/sin in float32, each its own way: 1e-6 (outputs are of order 1).
     torch.testing.assert_close(got, want[0], atol=5e-6, rtol=0)
-
-
-def test_cached_decode_equals_full_recompute() -> None:
-    model = _model()
-    params = SamplingParams(temperature=0.0, max_new_tokens=12, stop_token_ids=[])
-    prompt = [5, 9, 17, 3]
-    result = InferenceEngine(model).generate([prompt], params)[0]
-    tokens = list(prompt)
-    for token in result.token_ids:  # greedy, one full forward per token, no cache at all
-        with torch.no_grad():
-            logits = model(torch.tensor([tokens])).logits[0, -1]
-        assert int(logits.argmax()) == token
-        tokens.append(token)
 
 
 def test_engine_logprobs_equal_training_forward_batched_and_speculative() -> None:
