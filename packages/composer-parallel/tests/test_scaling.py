@@ -9,9 +9,19 @@ from composer_parallel.mesh import ParallelDims
 from composer_parallel.scaling import estimate, markdown, parameter_counts
 
 
-@pytest.mark.parametrize("name", ["tiny", "small"])
-def test_parameter_counts_match_the_built_model(name: str) -> None:
-    config = preset(name, num_nextn_predict_layers=0)
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("tiny", {}),
+        ("small", {}),
+        ("tiny", {"attention_bias": True}),
+        ("tiny", {"attention_bias": True, "q_lora_rank": None}),
+        ("tiny", {"attention": "mha", "qk_rope_head_dim": 32, "attention_bias": True}),
+    ],
+    ids=["tiny", "small", "tiny-mla-biases", "tiny-mla-no-q-latent", "tiny-mha"],
+)
+def test_parameter_counts_match_the_built_model(name: str, overrides: dict[str, object]) -> None:
+    config = preset(name, num_nextn_predict_layers=0, **overrides)
     model = ComposerModel(config)
     dense, experts = parameter_counts(config)
     assert dense + experts == model.num_parameters()

@@ -130,6 +130,29 @@ class ModelConfig(BaseModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
     @property
+    def attention_qk_dim(self) -> int:
+        """Width of one head's query and key: MLA's nope + rope part, plain attention's rope."""
+        return self.qk_rope_head_dim if self.attention == "mha" else self.qk_head_dim
+
+    def attention_parameters(self, norms: bool = True) -> int:
+        """One layer's attention weights: its matrices, biases and (MLA) its latents' norms."""
+        hidden, heads, v = self.hidden_size, self.num_attention_heads, self.v_head_dim
+        bias = self.attention_bias
+        if self.attention == "mha":
+            qk = heads * self.qk_rope_head_dim
+            matrices = 2 * hidden * qk + 2 * hidden * heads * v
+            return matrices + bias * (2 * qk + heads * v + hidden)
+        kv, rope, q_rank = self.kv_lora_rank, self.qk_rope_head_dim, self.q_lora_rank
+        if q_rank is None:
+            q, q_extra = hidden * heads * self.qk_head_dim, 0
+        else:
+            q = hidden * q_rank + q_rank * heads * self.qk_head_dim
+            q_extra = norms * q_rank + bias * q_rank
+        matrices = q + hidden * (kv + rope) + kv * heads * (self.qk_nope_head_dim + v)
+        matrices += heads * v * hidden
+        return matrices + q_extra + norms * kv + bias * (kv + rope + hidden)
+
+    @property
     def cache_width(self) -> int:
         """Numbers an inference cache keeps per token per layer."""
         if self.attention == "mha":

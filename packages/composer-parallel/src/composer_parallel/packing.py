@@ -29,19 +29,11 @@ def attention_cost_ratio(config: ModelConfig) -> float:
     """`a` in a*L + L^2: twice the per-token linear FLOPs over the FLOPs of one q-k pair.
 
     Linear: 2 x the active parameters a token touches (one multiply-add each). Attention
-    per (query, key) pair and layer: 2 x heads x (qk_head_dim + v_head_dim). Causal
+    per (query, key) pair and layer: 2 x heads x (attention_qk_dim + v_head_dim). Causal
     attention has L^2/2 pairs, so cost ∝ (2 lin / pair) L + L^2.
     """
     hidden, heads = config.hidden_size, config.num_attention_heads
-    q = (
-        hidden * heads * config.qk_head_dim
-        if config.q_lora_rank is None
-        else hidden * config.q_lora_rank + config.q_lora_rank * heads * config.qk_head_dim
-    )
-    kv = hidden * (config.kv_lora_rank + config.qk_rope_head_dim) + config.kv_lora_rank * heads * (
-        config.qk_nope_head_dim + config.v_head_dim
-    )
-    attn_params = q + kv + heads * config.v_head_dim * hidden
+    attn_params = config.attention_parameters(norms=False)
     dense_ffn = 3 * hidden * config.intermediate_size
     moe_ffn = (
         3
@@ -55,7 +47,7 @@ def attention_cost_ratio(config: ModelConfig) -> float:
     active = layers * attn_params + (layers - moe_layers) * dense_ffn + moe_layers * moe_ffn
     active += hidden * config.vocab_size  # LM head
     linear = 2 * active
-    pair = 2 * layers * heads * (config.qk_head_dim + config.v_head_dim)
+    pair = 2 * layers * heads * (config.attention_qk_dim + config.v_head_dim)
     return 2 * linear / pair
 
 

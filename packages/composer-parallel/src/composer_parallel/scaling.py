@@ -54,20 +54,8 @@ class LayoutEstimate:
 
 def parameter_counts(config: ModelConfig) -> tuple[int, int]:
     """(dense, routed-expert) parameter counts of the main model (MTP modules excluded)."""
-    h, heads = config.hidden_size, config.num_attention_heads
-    q = (
-        h * heads * config.qk_head_dim
-        if config.q_lora_rank is None
-        else h * config.q_lora_rank
-        + config.q_lora_rank
-        + config.q_lora_rank * heads * config.qk_head_dim
-    )
-    kv = (
-        h * (config.kv_lora_rank + config.qk_rope_head_dim)
-        + config.kv_lora_rank
-        + config.kv_lora_rank * heads * (config.qk_nope_head_dim + config.v_head_dim)
-    )
-    attn = q + kv + heads * config.v_head_dim * h + 2 * h  # + the two layer norms
+    h = config.hidden_size
+    attn = config.attention_parameters() + 2 * h  # + the layer's two norms
     moe_layers = config.num_moe_layers
     dense_layers = config.num_hidden_layers - moe_layers
     shared = 3 * h * config.moe_intermediate_size * config.n_shared_experts
@@ -94,7 +82,7 @@ def estimate(config: ModelConfig, dims: ParallelDims, seq_len: int) -> LayoutEst
     layers, moe_layers = config.num_hidden_layers, config.num_moe_layers
     latent = config.kv_lora_rank + config.qk_rope_head_dim
     heads = config.num_attention_heads
-    kv_width = heads * (config.qk_head_dim + config.v_head_dim)
+    kv_width = heads * (config.attention_qk_dim + config.v_head_dim)
     bf16 = 2
     # CP: all-gather sends our latents to cp-1 peers; the backward reduce-scatter sends
     # (cp-1)/cp of the whole sequence's latent gradient (bf16).

@@ -55,8 +55,7 @@ def rope_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
 
 def softmax_scale(config: ModelConfig) -> float:
     """1/sqrt(d_qk), times YaRN's mscale^2 when the context is extended (DeepSeek-V3's rule)."""
-    head_dim = config.qk_rope_head_dim if config.attention == "mha" else config.qk_head_dim
-    scale = head_dim**-0.5
+    scale = config.attention_qk_dim**-0.5
     scaling = config.rope_scaling
     if scaling is not None and scaling.mscale_all_dim:
         mscale = _yarn_mscale(scaling.factor, scaling.mscale_all_dim)
