@@ -197,7 +197,8 @@ class ModelConfig(BaseModel):
         if model_type not in {"deepseek_v3", "kimi_k2", MHA_MODEL_TYPE}:
             raise ValueError(
                 f"config.json has model_type={model_type!r}; Composer reads DeepSeek-V3-format "
-                "checkpoints (model_type 'deepseek_v3' or 'kimi_k2')"
+                "checkpoints (model_type 'deepseek_v3' or 'kimi_k2') and its own plain-attention "
+                f"ones ({MHA_MODEL_TYPE!r})"
             )
         if data.get("rope_interleave") is False:
             raise ValueError(
