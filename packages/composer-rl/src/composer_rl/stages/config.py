@@ -395,8 +395,8 @@ class Stage1Config(CommandConfig):
     model_overrides: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
         description="fields of the preset's model configuration replaced, as a table "
-        '(kv_lora_rank = 128, attention = "mha"): the pretrain phase builds its model from them, and every '
-        "later phase reads the shape from the checkpoint it starts from",
+        '(kv_lora_rank = 128, attention = "mha"): the pretrain phase builds its model from '
+        "them, and every later phase reads the shape from the checkpoint it starts from",
     )
     threads: int | None = Field(
         default=None, gt=0, description="torch CPU threads (none: torch's default)"
@@ -533,19 +533,20 @@ class Stage1Config(CommandConfig):
     def _model_overrides_valid(self) -> Stage1Config:
         from composer_model import PRESETS, preset
 
-        if self.model_overrides and self.preset in PRESETS:
-            try:
-                preset(self.preset, vocab_size=self.corpus.vocab_size, **self.model_overrides)
-            except ValidationError as error:
-                problem = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
-                raise ValueError(
-                    f"model_overrides do not make a {self.preset} model ({problem}); give "
-                    "fields of composer_model.ModelConfig with values it accepts"
-                ) from None
-        if self.model_overrides.get("attention") == "mha" and self.parallel.cp > 1:
+        if self.preset not in PRESETS:
+            return self
+        try:
+            model = preset(self.preset, vocab_size=self.corpus.vocab_size, **self.model_overrides)
+        except ValidationError as error:
+            problem = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
             raise ValueError(
-                "parallel.cp > 1 shards MLA's latents and model_overrides.attention is 'mha': "
-                "set parallel.cp = 1 or drop the override"
+                f"model_overrides do not make a {self.preset} model ({problem}); give "
+                "fields of composer_model.ModelConfig with values it accepts"
+            ) from None
+        if model.attention != "mla" and self.parallel.cp > 1:
+            raise ValueError(
+                "parallel.cp > 1 shards MLA's latents and the model's attention is "
+                f"{model.attention!r}: set parallel.cp = 1 or attention = 'mla'"
             )
         return self
 
