@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from composer_rl.agent.summarize import SummaryConfig
 from composer_rl.cli import build_parser, main
 from composer_rl.config import CommandConfig, ConfigError, knobs, load_args, sections, to_toml
 from composer_rl.rl.config import RLConfig, load_config
@@ -95,7 +96,7 @@ def test_stage1_and_rl_read_the_same_toml_format(tmp_path: Path) -> None:
     assert rl.train.optim.lr == 0.0002 and rl.train.parallel.dp == 2
     assert rl.train.optim.weight_decay == RLConfig().train.optim.weight_decay
     assert rl.rollout.summary is not None and rl.rollout.summary.mode == "truncate"
-    assert rl.rollout.summary.context_budget == 768
+    assert rl.rollout.summary.context_budget == SummaryConfig().context_budget
 
     # pretrain and sft read the stage-one file too; every command's written configuration
     # is a file of the same format that reads back to the same configuration.

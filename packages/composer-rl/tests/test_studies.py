@@ -646,6 +646,9 @@ def test_a_run_recorded_before_the_sections_were_nested_is_still_reused(tmp_path
     (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
     settings = {"model": str(model), "run_dir": str(run_dir), "loop.steps": 2, "local": True}
     settings |= {"loop.upsample_hard_after": None, "eval.every": 0}
+    # the rollout limits the file records (the defaults of its day, not of today's)
+    settings |= {"rollout.max_turns": 10, "rollout.max_new_tokens": 160}
+    settings |= {"rollout.summary.context_budget": 768}
     config = load_config(None, {**settings, "train.optim.lr": 3e-4})
     assert finished_history(run_dir, config) == [{"step": 1}, {"step": 2}]
     other = load_config(None, {**settings, "train.optim.lr": 1e-4})

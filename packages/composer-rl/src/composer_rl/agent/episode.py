@@ -105,6 +105,19 @@ def record_generation(record: Trajectory, generation: GenerationResult) -> None:
     record.add_sampled(generation.token_ids, generation.logprobs, generation.versions, rows)
 
 
+MAX_TURNS = 20
+"""Every runner's default turn limit. The suite's longest demonstration makes 19 tool calls
+(a recovering one of `prints_to_logging` that opens with a missing file), and a runner that
+cuts what SFT demonstrated stops the policy on the way to the solution it was shown: at 10
+turns and 160 tokens, 1,070 of stage one's 4,263 SFT demonstrations could not be played
+whole (docs/rl/2026-12-07-demonstration-limits.md; `tests/test_demonstration_limits.py`
+holds every template's demonstrations to these limits)."""
+
+MAX_TURN_TOKENS = 384
+"""Every runner's default tokens a turn: the longest call of a demonstration is 321 tokens
+(an `add_command` edit, stage one's tokenizer), with room for longer names."""
+
+
 class RunnerConfig(BaseModel):
     """How the episode runner plays episodes. The defaults are evaluation's (greedy, no
     summaries); RL's rollouts are a section of their own with theirs
@@ -113,8 +126,12 @@ class RunnerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_turns: int = Field(default=8, ge=1, description="model turns before an episode is cut")
-    max_new_tokens: int = Field(default=256, ge=1, description="tokens one turn may generate")
+    max_turns: int = Field(
+        default=MAX_TURNS, ge=1, description="model turns (tool calls) before an episode is cut"
+    )
+    max_new_tokens: int = Field(
+        default=MAX_TURN_TOKENS, ge=1, description="tokens one turn may generate"
+    )
     temperature: float = Field(default=0.0, ge=0, description="sampling temperature (0: greedy)")
     top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling's mass")
     seed: int = Field(default=0, description="seed of the sampling (per episode and turn)")

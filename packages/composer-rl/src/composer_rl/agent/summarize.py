@@ -46,9 +46,10 @@ class SummaryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     context_budget: int | None = Field(
-        default=768,
+        default=1536,
         description="condense when the next turn could pass this many context tokens "
-        "(none: never; the episode ends when its context is full)",
+        "(three quarters of the rollouts' 2,048, so an episode that fits its context is "
+        "never condensed; none: never; the episode ends when its context is full)",
     )
     summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
     max_summaries: int = Field(default=3, ge=1, description="compactions an episode may make")

@@ -59,6 +59,12 @@ class Transcript:
     def text(self) -> str:
         return "".join(s.text for s in self.segments)
 
+    def call_tokens(self, tokenizer: Encoder) -> list[int]:
+        """Tokens of each tool call, in order: one call is one model turn (the runner stops a
+        turn at the call's closing token), so a runner plays this transcript whole only if
+        its `max_turns` is at least the count and its `max_new_tokens` at least the largest."""
+        return [len(tokenizer.encode(s.text)) for s in self.segments if s.kind == "tool_call"]
+
     def encode(self, tokenizer: Encoder) -> tuple[list[int], list[bool]]:
         """(token ids, which of them the model wrote)."""
         ids: list[int] = []

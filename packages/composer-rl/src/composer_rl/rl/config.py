@@ -34,12 +34,6 @@ class RolloutConfig(RunnerConfig):
     with RL's defaults: sampled at temperature 1, routing recorded for router replay, self
     summaries on) and the inference engine's batch and context."""
 
-    max_turns: int = Field(
-        default=10,
-        ge=1,
-        description="a recovering episode takes 7 calls: look, read, edit, run, fix, run, finish",
-    )
-    max_new_tokens: int = Field(default=160, ge=8, description="tokens one turn may generate")
     temperature: float = Field(
         default=1.0, gt=0, description="sampling temperature (the loss uses the same)"
     )

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from composer_model import OptimConfig
 from composer_rl.agent.behaviours import DemonstrationMix
+from composer_rl.agent.episode import MAX_TURN_TOKENS, MAX_TURNS
 from composer_rl.config import CommandConfig, load
 
 if TYPE_CHECKING:
@@ -213,8 +214,10 @@ class SftRound2Config(BaseModel):
         description="share of the training rows that are own-mistake recovering "
         "demonstrations (repeated as needed); the rest are round one's",
     )
-    max_turns: int = Field(default=10, ge=1, description="tool calls an episode may make")
-    max_new_tokens: int = Field(default=160, ge=8, description="tokens a turn may write")
+    max_turns: int = Field(default=MAX_TURNS, ge=1, description="tool calls an episode may make")
+    max_new_tokens: int = Field(
+        default=MAX_TURN_TOKENS, ge=8, description="tokens a turn may write"
+    )
     max_seq_len: int = Field(default=2048, ge=64, description="an episode's context")
     max_batch_size: int = Field(default=16, ge=1, description="episodes decoded together")
     tasks_per_chunk: int = Field(

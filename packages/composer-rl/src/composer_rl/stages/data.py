@@ -12,10 +12,25 @@ import torch
 
 from composer_model import ComposerTokenizer, train_tokenizer
 from composer_rl.stages.config import CorpusConfig
-from composer_rl.stages.corpus import load_corpus
+from composer_rl.stages.corpus import Corpus, load_corpus
 from composer_rl.stages.phases import save_torch
 
 TOKENIZER_FILE = "tokenizer.json"
+
+
+def corpus_tokenizer(config: CorpusConfig, corpus: Corpus | None = None) -> ComposerTokenizer:
+    """The byte-level BPE stage one trains on the first `tokenizer_chars` characters of the
+    corpus's training side: deterministic, so a test can count tokens as a stage-one policy
+    will see them without a stage-one run."""
+    corpus = corpus if corpus is not None else load_corpus(config)
+    sample: list[str] = []
+    size = 0
+    for doc in corpus.train:
+        if size >= config.tokenizer_chars:
+            break
+        sample.append(doc.text)
+        size += len(doc.text)
+    return train_tokenizer(sample, config.vocab_size)
 
 
 def tokenizer_and_tokens(
@@ -32,14 +47,7 @@ def tokenizer_and_tokens(
     if tok_path.is_file():
         tokenizer = ComposerTokenizer.from_file(tok_path)
     else:
-        sample: list[str] = []
-        size = 0
-        for doc in corpus.train:
-            if size >= config.tokenizer_chars:
-                break
-            sample.append(doc.text)
-            size += len(doc.text)
-        tokenizer = train_tokenizer(sample, config.vocab_size)
+        tokenizer = corpus_tokenizer(config, corpus)
         tokenizer.save(tok_path)
     train = tokenizer.encode_batch([d.text for d in corpus.train])
     heldout = tokenizer.encode_batch([d.text for d in corpus.heldout])

@@ -14,7 +14,8 @@ deterministic and the variants are paired by task):
 
 Both compacting variants get the same trigger and the same number of compactions
 (`max_summaries`). The budgets are below what the held-out tasks of difficulty 1 and 2 need
-(their oracle episodes reach about 200 to 400 tokens, and a turn is given 160), so most
+(their oracle episodes reach about 200 to 400 tokens, and a turn is given 160: the study
+keeps the turn limits it was measured under, `STUDY_TURNS`), so most
 episodes compact at least once. Difficulty 3 tasks are left out: the stage-one policy
 solves none of them with or without a budget, so they cannot show a difference.
 
@@ -103,8 +104,17 @@ def episode_row(result: EpisodeResult) -> dict[str, Any]:
     }
 
 
+STUDY_TURNS = 10
+STUDY_TURN_TOKENS = 160
+"""The turn limits the study was designed and measured under (RL's rollout defaults until
+2026-12-07): its budgets of 320 and 448 tokens are two and three turns of 160. Under the
+runners' later defaults (384 tokens a turn) a budget below one turn would condense every
+episode before its first call."""
+
+
 def runner_config(mode: CompactionMode | None, budget: int) -> RunnerConfig:
-    """The RL loop's rollout settings, greedy, with the given compaction (None: none)."""
+    """The RL loop's rollout settings at the study's turn limits, greedy, with the given
+    compaction (None: none)."""
     rollout = RolloutConfig()
     summary = (
         (rollout.summary or SummaryConfig()).model_copy(
@@ -114,8 +124,8 @@ def runner_config(mode: CompactionMode | None, budget: int) -> RunnerConfig:
         else None
     )
     return RunnerConfig(
-        max_turns=rollout.max_turns,
-        max_new_tokens=rollout.max_new_tokens,
+        max_turns=STUDY_TURNS,
+        max_new_tokens=STUDY_TURN_TOKENS,
         temperature=0.0,
         summary=summary,
     )
