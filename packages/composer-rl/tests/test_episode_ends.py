@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from composer_rewards import ToolCall
+from composer_rl.rl.config import RLConfig
 from composer_rl.tasks import Task
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "episode_ends.py"
@@ -58,7 +59,8 @@ def test_quick_run_counts_the_episodes_it_kept(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     header = done.stdout.splitlines()[0]
-    assert header == f"{len(rows)} validation_words tasks, turn limit 10"
+    turns = RLConfig().rollout.max_turns  # the turn limit learning_margin.py scores with
+    assert header == f"{len(rows)} validation_words tasks, turn limit {turns}"
     assert len({r["task"] for r in rows}) == len(rows) > 20  # one greedy episode a task
     stops = Counter(r["stop"] for r in rows)
     printed = next(line for line in done.stdout.splitlines() if "stopped by:" in line)
