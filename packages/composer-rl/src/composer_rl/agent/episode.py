@@ -106,16 +106,16 @@ def record_generation(record: Trajectory, generation: GenerationResult) -> None:
 
 
 MAX_TURNS = 20
-"""Every runner's default turn limit. The suite's longest demonstration makes 19 tool calls
-(a recovering one of `prints_to_logging` that opens with a missing file), and a runner that
+"""Every runner's default turn limit. The longest demonstration found makes 19 tool calls (a
+recovering one of `prints_to_logging` that opens with a missing file), and a runner that
 cuts what SFT demonstrated stops the policy on the way to the solution it was shown: at 10
 turns and 160 tokens, 1,070 of stage one's 4,263 SFT demonstrations could not be played
 whole (docs/rl/2026-12-07-demonstration-limits.md; `tests/test_demonstration_limits.py`
 holds every template's demonstrations to these limits)."""
 
 MAX_TURN_TOKENS = 384
-"""Every runner's default tokens a turn: the longest call of a demonstration is 321 tokens
-(an `add_command` edit, stage one's tokenizer), with room for longer names."""
+"""Every runner's default tokens a turn: the longest call among stage one's SFT
+demonstrations is 321 tokens (stage one's tokenizer), with room for longer names."""
 
 
 class RunnerConfig(BaseModel):

@@ -48,8 +48,8 @@ class SummaryConfig(BaseModel):
     context_budget: int | None = Field(
         default=1536,
         description="condense when the next turn could pass this many context tokens "
-        "(three quarters of the rollouts' 2,048, so an episode that fits its context is "
-        "never condensed; none: never; the episode ends when its context is full)",
+        "(three quarters of the rollouts' 2,048-token context, as 768 was of the 1,024 it "
+        "was set for; none: never; the episode ends when its context is full)",
     )
     summary_tokens: int = Field(default=96, ge=8, description="room the summary gets")
     max_summaries: int = Field(default=3, ge=1, description="compactions an episode may make")
