@@ -161,12 +161,12 @@ def behaviour_markdown(sft: PolicyScores, runs: dict[int, PolicyScores]) -> str:
     lines.append("| --- | --- | --- | --- | --- |")
     for row in behaviour_margins(sft, runs):
         per_seed = "; ".join(
-            f"seed {seed}: {s['rate']:.3f} ({s['margin'][0]:+.3f})"
+            f"seed {seed}: {s['rate']:.3f} ({_signed(s['margin'][0], math.nan)})"
             for seed, s in row["seeds"].items()
         )
         lines.append(
             f"| {row['metric']} | {row['tasks']} | {_fmt(*row['sft'])} | {per_seed} "
-            f"| {row['margin'][0]:+.3f} ± {row['margin'][1]:.3f} |"
+            f"| {_signed(*row['margin'])} |"
         )
     lines += ["", "Greedy pass@1 by template (seed by seed, paired over tasks):", ""]
     lines.append("| template | tasks | SFT | RL margin per seed |")
@@ -214,6 +214,9 @@ def against_markdown(
 
 
 def _signed(mean: float, se: float) -> str:
+    """A margin with its s.e.; '-' where no task pairs (none solved by both policies)."""
+    if math.isnan(mean):
+        return "-"
     return f"{mean:+.3f}" if math.isnan(se) else f"{mean:+.3f} ± {se:.3f}"
 
 

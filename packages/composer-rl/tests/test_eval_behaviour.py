@@ -156,3 +156,17 @@ def test_behaviour_margins_average_seeds_per_task() -> None:
     assert row["seeds"][0]["margin"][0] == pytest.approx(-0.5)
     # Task a: mean over seeds 0.25 - 1.0; task b: 0.25 - 0.5.
     assert row["margin"][0] == pytest.approx((-0.75 - 0.25) / 2)
+
+
+def test_behaviour_margins_without_a_shared_task_are_not_a_zero_margin() -> None:
+    """Tokens per solved task pair only tasks both policies solved; where none is, the
+    margin is undefined (NaN), not +0.000, which the table once printed."""
+    import math
+
+    from composer_rl.rl.compare import TOKENS_ROW, behaviour_margins
+
+    sft = PolicyScores("sft", "s", per_task_pass1={}, tokens_per_solved_d1={"a": 134.0})
+    runs = {0: PolicyScores("r0", "r", per_task_pass1={}, tokens_per_solved_d1={"b": 122.0})}
+    (row,) = behaviour_margins(sft, runs)
+    assert row["metric"] == TOKENS_ROW and row["tasks"] == 0
+    assert all(math.isnan(v) for v in (*row["margin"], *row["seeds"][0]["margin"]))

@@ -53,3 +53,21 @@ def test_a_checkpoint_that_is_none_is_refused_before_anything_runs(tmp_path: Pat
         "or RL final/ directory"
     ]
     assert not (tmp_path / "work").exists()
+
+
+def test_a_behaviour_no_task_pairs_on_prints_a_dash_not_a_zero_margin(
+    benchmark_script: Callable[[str], ModuleType],
+) -> None:
+    """Tokens per solved difficulty-1 task where the policies solved different tasks: the
+    table says there is no margin, where it once printed '+0.000 ± nan'."""
+    script = benchmark_script("learning_margin")
+    sft = _policy("sft", {"keep_items-00"}, set())
+    sft.tokens_per_solved_d1 = {"keep_items-00": 134.0}
+    rl = _policy("rl", {"keep_items-01"}, set())
+    rl.tokens_per_solved_d1 = {"keep_items-01": 122.0}
+    (row,) = [
+        line
+        for line in script.behaviour_markdown(sft, {0: rl}).splitlines()
+        if line.startswith("| tokens per solved")
+    ]
+    assert row.endswith("| seed 0: 122.000 (-) | - |") and "nan" not in row

@@ -154,16 +154,28 @@ def behaviour_margins(sft: PolicyScores, runs: dict[int, PolicyScores]) -> list[
         if not base or not all(finals.values()):
             continue
         seeds = {
-            seed: {"rate": mean_se(f.values())[0], "margin": paired_margin(base, f)[:2]}
+            seed: {"rate": mean_se(f.values())[0], "margin": _paired_or_nan(base, f)}
             for seed, f in finals.items()
         }
         common = sorted(set(base).intersection(*finals.values()))
-        margin = mean_se(statistics.fmean(f[t] for f in finals.values()) - base[t] for t in common)
+        margin = (
+            mean_se(statistics.fmean(f[t] for f in finals.values()) - base[t] for t in common)
+            if common
+            else (math.nan, math.nan)
+        )
         rows.append(
             {"metric": name, "sft": mean_se(base.values()), "seeds": seeds, "margin": margin,
              "tasks": len(common)}
         )  # fmt: skip
     return rows
+
+
+def _paired_or_nan(base: dict[str, float], final: dict[str, float]) -> tuple[float, float]:
+    """`paired_margin`'s (mean, s.e.), NaN for both where no task has both values: tokens per
+    solved task pair only the tasks both policies solved, and none may be, which is not a
+    margin of zero."""
+    mean, se, n = paired_margin(base, final)
+    return (mean, se) if n else (math.nan, math.nan)
 
 
 def comparison_rows(
