@@ -462,6 +462,17 @@ def test_the_recipes_load_as_the_records_ran_them() -> None:
     assert (stage1.sft.invented_name_tasks, stage1.sft.invented_names) == (1500, "words")
     assert stage1.sft.optim.warmup_steps == Stage1Config().sft.optim.warmup_steps
 
+    # The claim run's start: stage1-copying with plain attention, every other phase alike.
+    mha = load(Stage1Config, RECIPES / "stage1-mha.toml")
+    assert mha.model_overrides == {"attention": "mha", "qk_rope_head_dim": 32, "v_head_dim": 32,
+                                   "attention_bias": True,
+                                   "attention_initializer_range": 0.051}  # fmt: skip
+    assert (mha.copy_warmup, mha.pretrain, mha.sft) == (
+        stage1.copy_warmup,
+        stage1.pretrain,
+        stage1.sft,
+    )
+
     rl = load_config(RECIPES / "rl-validation.toml", {})
     assert rl.rollout.temperature == 0.5 and rl.loss.temperature == 0.5
     assert rl.loop.learnability and rl.loop.constant_by == "correctness"
